@@ -1,0 +1,1 @@
+"""chute's core: dataset base classes, determinism primitives and helpers."""

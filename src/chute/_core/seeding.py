@@ -1,0 +1,95 @@
+"""Seeds: validation, derivation from ``.seed()`` marks, per-element RNGs.
+
+Randomness in chute is a pure function of (seed, epoch, index).  A random
+stage without an explicit seed derives one from the ``.seed()`` marks of its
+ancestors: a breadth-first walk from the stage (depth 0) through its parents
+records ``(seed, depth)`` at each marked node and stops descending there; the
+flat list of pairs feeds ``numpy.random.SeedSequence``.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import numpy as np
+
+MAX_SEED = 2**32
+
+
+class _Node(Protocol):
+    _seed: int | None
+
+    @property
+    def parents(self) -> tuple[Any, ...]: ...
+
+
+def check_seed(seed: object, what: str = "seed") -> int:
+    """Returns ``seed`` as an int after checking it is in ``[0, 2**32)``."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(
+            f"{what} must be an int in [0, 2**32) (got {seed!r} that is a "
+            f"{type(seed).__name__})."
+        )
+    if not 0 <= int(seed) < MAX_SEED:
+        raise ValueError(f"{what} must be an int in [0, 2**32) (got {seed}).")
+    return int(seed)
+
+
+def derive_seed(node: _Node) -> int | None:
+    """Derives the seed of a random stage from the ``.seed()`` marks above it."""
+    pairs: list[int] = []
+    queue: collections.deque[tuple[Any, int]] = collections.deque([(node, 0)])
+    while queue:
+        current, depth = queue.popleft()
+        mark = getattr(current, "_seed", None)
+        if mark is not None:
+            pairs.extend((mark, depth))
+            continue
+        for parent in getattr(current, "parents", ()):
+            queue.append((parent, depth + 1))
+    if not pairs:
+        return None
+    return int(np.random.SeedSequence(pairs).generate_state(1, np.uint32)[0])
+
+
+def resolve_seed(node: _Node, explicit: int | None, stage: str) -> int:
+    """Returns the explicit seed or the derived one; raises if there is none."""
+    if explicit is not None:
+        return check_seed(explicit, f"{stage}: seed")
+    derived = derive_seed(node)
+    if derived is None:
+        raise ValueError(
+            f"{stage} needs a seed: pass seed=... to it, or call .seed(s) on the "
+            "dataset earlier in the pipeline, e.g. ds.seed(42)."
+        )
+    return derived
+
+
+class ElementRng:
+    """Hands out the RNG of element ``index``: Philox(seed) at counter [0,0,0,index].
+
+    One generator is reused and its state reset per element, which is far
+    cheaper than building a new generator, and yields the same numbers.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self._bit_generator = np.random.Philox(seed)
+        self._state = self._bit_generator.state
+        self._state["buffer_pos"] = 4
+        self._counter = np.zeros(4, dtype=np.uint64)
+        self._state["state"]["counter"] = self._counter
+        self.generator = np.random.Generator(self._bit_generator)
+
+    def at(self, index: int) -> np.random.Generator:
+        self._counter[3] = index
+        self._bit_generator.state = self._state
+        return self.generator
+
+
+def element_rngs(seed: int, indices: Iterable[int]) -> Iterable[np.random.Generator]:
+    """Yields the RNG of each element index in turn (reusing one generator)."""
+    rng = ElementRng(seed)
+    for index in indices:
+        yield rng.at(index)

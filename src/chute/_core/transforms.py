@@ -1,0 +1,131 @@
+"""Transformation base classes (``chute.transforms``).
+
+Subclass one and implement its method, or pass a plain callable::
+
+    class Normalise(chute.transforms.Map):
+        def map(self, element):
+            return element / 255
+
+    chute.transforms.Map(lambda x: x / 255)     # the same, without a class
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+
+def _name(obj: object) -> str:
+    return getattr(obj, "__qualname__", None) or type(obj).__qualname__
+
+
+class _Transform:
+    """Common base: holds an optional callable and checks one was given."""
+
+    _method: str = ""
+
+    def __init__(self, fn: Callable[..., Any] | None = None) -> None:
+        if fn is not None and not callable(fn):
+            raise TypeError(
+                f"{type(self).__name__} takes a callable (got {fn!r} that is a "
+                f"{type(fn).__name__})."
+            )
+        if fn is None and getattr(type(self), self._method) is getattr(
+            _BASES[self._method], self._method
+        ):
+            raise TypeError(
+                f"{type(self).__name__} needs a function: pass one, e.g. "
+                f"{type(self).__name__}(lambda x: ...), or subclass it and implement "
+                f"{self._method}()."
+            )
+        self._fn = fn
+
+    def _call(self, *args: Any) -> Any:
+        fn = getattr(self, "_fn", None)
+        if fn is None:
+            raise TypeError(f"{type(self).__name__}.{self._method}() is not implemented.")
+        return fn(*args)
+
+    def __repr__(self) -> str:
+        fn = getattr(self, "_fn", None)
+        return f"{type(self).__name__}({_name(fn)})" if fn is not None else f"{type(self).__name__}()"
+
+
+class Map(_Transform):
+    """Applies ``map(element)`` to every element."""
+
+    _method = "map"
+
+    def map(self, element: Any) -> Any:
+        return self._call(element)
+
+
+class RandomMap(_Transform):
+    """Applies ``random_map(element, rng)``; ``rng`` is a numpy Generator."""
+
+    _method = "random_map"
+
+    def random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        return self._call(element, rng)
+
+
+class MapWithIndex(_Transform):
+    """Applies ``map_with_index(index, element)``."""
+
+    _method = "map_with_index"
+
+    def map_with_index(self, index: int, element: Any) -> Any:
+        return self._call(index, element)
+
+
+class Filter(_Transform):
+    """Keeps the elements for which ``filter(element)`` is true."""
+
+    _method = "filter"
+
+    def filter(self, element: Any) -> bool:
+        return bool(self._call(element))
+
+
+class FlatMap(_Transform):
+    """Splits one element into at most ``max_fan_out`` elements."""
+
+    _method = "flat_map"
+    max_fan_out: int = 0
+
+    def __init__(self, fn: Callable[[Any], Sequence[Any]] | None = None, *, max_fan_out: int | None = None) -> None:
+        super().__init__(fn)
+        if max_fan_out is not None:
+            self.max_fan_out = max_fan_out
+
+    def flat_map(self, element: Any) -> Sequence[Any]:
+        return self._call(element)
+
+
+_BASES: dict[str, type] = {
+    "map": Map,
+    "random_map": RandomMap,
+    "map_with_index": MapWithIndex,
+    "filter": Filter,
+    "flat_map": FlatMap,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """Batches ``batch_size`` consecutive elements (stacking their leaves)."""
+
+    batch_size: int
+    drop_remainder: bool = False
+    batch_fn: Callable[[Sequence[Any]], Any] | None = None
+
+    def __post_init__(self) -> None:
+        from chute._core.validate import check_positive_int
+
+        check_positive_int(self.batch_size, "Batch: batch_size")
+
+
+TRANSFORM_TYPES = (Map, RandomMap, MapWithIndex, Filter, FlatMap, Batch)

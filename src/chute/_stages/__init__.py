@@ -1,0 +1,19 @@
+"""One module per transformation; each holds a dataset node and its iterator."""
+
+from chute._stages import (  # noqa: F401
+    batch,
+    error_budget,
+    filter,
+    flat_map,
+    limit,
+    map,
+    mix,
+    prefetch,
+    rebatch,
+    repeat,
+    shuffle,
+    slice,
+    source,
+    window_shuffle,
+    zip,
+)

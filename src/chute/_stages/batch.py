@@ -1,0 +1,218 @@
+"""``batch`` for both dataset kinds, and ``batch_and_pad``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._core import errors, tree
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.validate import check_callable, check_positive_int
+
+
+def _check_args(where: str, batch_size: Any, drop_remainder: Any, batch_fn: Any) -> Callable[[Sequence[Any]], Any]:
+    check_positive_int(batch_size, f"{where}: batch_size")
+    if not isinstance(drop_remainder, (bool, np.bool_)):
+        raise TypeError(f"{where}: drop_remainder must be a bool (got {drop_remainder!r}).")
+    if batch_fn is None:
+        return tree.stack
+    return check_callable(batch_fn, f"{where}: batch_fn")
+
+
+def _filters_upstream(ds: MapDataset[Any]) -> str | None:
+    """Name of a stage above ``ds`` that may leave holes (``None``), if any."""
+    from chute._stages.filter import FilterMapDataset
+    from chute._stages.flat_map import FlatMapMapDataset
+
+    stack: list[Any] = [ds]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, FilterMapDataset):
+            return "filter"
+        if isinstance(node, FlatMapMapDataset):
+            return "flat_map"
+        stack.extend(p for p in node.parents if isinstance(p, MapDataset))
+    return None
+
+
+class BatchMapDataset(MapDataset[Any]):
+    """Batches of consecutive elements; each epoch is batched on its own."""
+
+    def __init__(
+        self,
+        parent: MapDataset[Any],
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        batch_fn: Callable[[Sequence[Any]], Any] | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._batch_fn = _check_args("MapDataset.batch()", batch_size, drop_remainder, batch_fn)
+        hole_maker = _filters_upstream(parent)
+        if hole_maker is not None:
+            raise ValueError(
+                f"MapDataset.batch() cannot follow MapDataset.{hole_maker}(), which leaves "
+                "gaps (None) in the dataset. Batch after to_iter_dataset() instead: "
+                f"ds.{hole_maker}(...).to_iter_dataset().batch(...)."
+            )
+        self._batch_size, self._drop = int(batch_size), bool(drop_remainder)
+
+    def __len__(self) -> int:
+        n, size = len(self._parent), self._batch_size
+        if n == sys.maxsize:
+            return n // size
+        return n // size if self._drop else -(-n // size)
+
+    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+        n, size, length = len(self._parent), self._batch_size, len(self)
+        if length == 0:
+            raise IndexError("cannot read from a batched dataset with no batches.")
+        flat: list[int] = []
+        bounds = [0]
+        for b in indices:
+            epoch, j = divmod(int(b), length)
+            start = epoch * n + j * size
+            stop = min(start + size, epoch * n + n)
+            flat.extend(range(start, stop))
+            bounds.append(len(flat))
+        items = self._parent._getitems(flat)
+        out = []
+        for k, b in enumerate(indices):
+            try:
+                out.append(self._batch_fn(items[bounds[k] : bounds[k + 1]]))
+            except Exception as exc:
+                errors.annotate(exc, "batch", int(b))
+                raise
+        return out
+
+    def _describe(self) -> str:
+        return f"{self._parent!r}, batch_size={self._batch_size}, drop_remainder={self._drop}"
+
+
+class BatchIterDataset(IterDataset[Any]):
+    """Batches of consecutive elements of an IterDataset."""
+
+    def __init__(
+        self,
+        parent: IterDataset[Any],
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        batch_fn: Callable[[Sequence[Any]], Any] | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._batch_fn = _check_args("IterDataset.batch()", batch_size, drop_remainder, batch_fn)
+        self._batch_size, self._drop = int(batch_size), bool(drop_remainder)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _BatchIterator(iter(self._parent), self._batch_size, self._drop, self._batch_fn)
+
+
+class _BatchIterator(DatasetIterator[Any]):
+    """Pulls ``batch_size`` elements and combines them.
+
+    If the parent raises part way through a batch, the elements already
+    pulled stay in the buffer and the next call carries on filling it.  The
+    state is then the parent's state at the start of the batch plus the
+    number of pulls and which of them raised, so a restore replays the same
+    pulls (without raising again) and continues exactly where this one is.
+    """
+
+    _stage = "batch"
+
+    def __init__(self, parent: DatasetIterator[Any], size: int, drop: bool, batch_fn: Any) -> None:
+        super().__init__(parent)
+        self._size, self._drop, self._batch_fn = size, drop, batch_fn
+        self._batches = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._buffer: list[Any] = []
+        self._pulls = 0
+        self._failed: list[int] = []
+        self._start_state: dict[str, Any] | None = None
+
+    def __next__(self) -> Any:
+        parent, buffer = self._parent, self._buffer
+        if not self._pulls:
+            self._start_state = parent.get_state()
+        while len(buffer) < self._size:
+            try:
+                x = next(parent)
+            except StopIteration:
+                if buffer and not self._drop:
+                    break
+                self._reset()
+                raise
+            except Exception:
+                self._failed.append(self._pulls)
+                self._pulls += 1
+                raise
+            buffer.append(x)
+            self._pulls += 1
+        self._reset()
+        index = self._batches
+        self._batches += 1
+        try:
+            return self._batch_fn(buffer)
+        except Exception as exc:
+            errors.annotate(exc, "batch", index)
+            raise
+
+    def get_state(self) -> dict[str, Any]:
+        if self._pulls:
+            return self._state(
+                parent=self._start_state, batches=self._batches, pulls=self._pulls, failed=list(self._failed)
+            )
+        return self._state(parent=self._parent.get_state(), batches=self._batches, pulls=0, failed=[])
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "parent", "batches", "pulls", "failed")
+        self._reset()
+        self._parent.set_state(state["parent"])
+        self._batches = int(state["batches"])
+        pulls, failed = int(state["pulls"]), set(state["failed"])
+        if not pulls:
+            return
+        self._start_state = state["parent"]
+        for k in range(pulls):
+            if k in failed:
+                try:
+                    next(self._parent)
+                except StopIteration:
+                    raise
+                except Exception:
+                    pass
+            else:
+                self._buffer.append(next(self._parent))
+        self._pulls, self._failed = pulls, sorted(failed)
+
+
+def batch_and_pad(values: Sequence[Any], *, batch_size: int, pad_value: Any = 0) -> Any:
+    """Stacks ``values`` and pads the batch axis up to ``batch_size``.
+
+    Use it as ``batch_fn`` to keep one static batch shape without dropping the
+    last, partial batch.
+
+    >>> batch_and_pad([np.array([1, 2]), np.array([3, 4])], batch_size=3).tolist()
+    [[1, 2], [3, 4], [0, 0]]
+    """
+    check_positive_int(batch_size, "batch_and_pad: batch_size")
+    if len(values) > batch_size:
+        raise ValueError(
+            f"batch_and_pad: got {len(values)} values for batch_size={batch_size}; "
+            "pass the same batch_size as the batch stage."
+        )
+    stacked = tree.stack(values)
+    missing = batch_size - len(values)
+    if not missing:
+        return stacked
+
+    def pad(leaf: np.ndarray) -> np.ndarray:
+        filler = np.full((missing, *leaf.shape[1:]), pad_value, dtype=leaf.dtype)
+        return np.concatenate([leaf, filler])
+
+    return tree.map_structure(pad, stacked)

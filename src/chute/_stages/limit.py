@@ -1,0 +1,53 @@
+"""``LimitIterDataset``: at most ``count`` elements of the parent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chute._core.dataset import DatasetIterator, IterDataset
+from chute._core.validate import check_int
+
+
+class LimitIterDataset(IterDataset[Any]):
+    """The first ``count`` elements of the parent.
+
+    >>> from chute import MapDataset
+    >>> list(LimitIterDataset(MapDataset.range(10).to_iter_dataset(), 3))
+    [0, 1, 2]
+    """
+
+    def __init__(self, parent: IterDataset[Any], count: int) -> None:
+        super().__init__(parent)
+        self._count = check_int(count, "LimitIterDataset: count", minimum=0)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _LimitIterator(iter(self._parent), self._count)
+
+    def _describe(self) -> str:
+        return f"{self._parent!r}, count={self._count}"
+
+
+class _LimitIterator(DatasetIterator[Any]):
+    _stage = "limit"
+
+    def __init__(self, parent: DatasetIterator[Any], count: int) -> None:
+        super().__init__(parent)
+        self._count, self._read = count, 0
+
+    def __next__(self) -> Any:
+        if self._read >= self._count:
+            raise StopIteration
+        self._read += 1
+        try:
+            return next(self._parent)
+        except StopIteration:
+            self._read -= 1
+            raise
+
+    def get_state(self) -> dict[str, Any]:
+        return self._state(parent=self._parent.get_state(), read=self._read)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "parent", "read")
+        self._parent.set_state(state["parent"])
+        self._read = int(state["read"])

@@ -1,0 +1,164 @@
+"""``map``, ``random_map`` and ``map_with_index`` for both dataset kinds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from chute._core import errors
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.seeding import ElementRng, resolve_seed
+from chute._core.transforms import Map, MapWithIndex, RandomMap, _name
+
+
+def resolve_fn(transform: Any, kind: type, method: str, where: str) -> Callable[..., Any]:
+    """The function to call for ``transform``: its method, or itself if callable."""
+    if isinstance(transform, kind):
+        return getattr(transform, method)
+    if isinstance(transform, (Map, RandomMap, MapWithIndex)) or not callable(transform):
+        raise TypeError(
+            f"{where} takes a chute.transforms.{kind.__name__} or a callable (got "
+            f"{transform!r} that is a {type(transform).__name__}); check that you used "
+            "the method that matches the transform (map, random_map, map_with_index)."
+        )
+    return transform  # type: ignore[no-any-return]
+
+
+class MapMapDataset(MapDataset[Any]):
+    """Applies a function to every element; ``None`` (filtered) stays ``None``."""
+
+    def __init__(self, parent: MapDataset[Any], transform: Any) -> None:
+        super().__init__(parent)
+        self._fn = resolve_fn(transform, Map, "map", "MapDataset.map()")
+        self._label = f"map({_name(transform)})"
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+        items = self._parent._getitems(indices)
+        fn = self._fn
+        out: list[Any] = []
+        append = out.append
+        try:
+            for x in items:
+                append(None if x is None else fn(x))
+        except Exception as exc:
+            errors.annotate(exc, self._label, int(indices[len(out)]))
+            raise
+        return out
+
+
+class MapWithIndexMapDataset(MapDataset[Any]):
+    """Applies ``fn(index, element)``; the index is the global one asked for."""
+
+    def __init__(self, parent: MapDataset[Any], transform: Any) -> None:
+        super().__init__(parent)
+        self._fn = resolve_fn(transform, MapWithIndex, "map_with_index", "MapDataset.map_with_index()")
+        self._label = f"map_with_index({_name(transform)})"
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+        items = self._parent._getitems(indices)
+        fn = self._fn
+        out: list[Any] = []
+        append = out.append
+        try:
+            for i, x in zip(indices, items):
+                append(None if x is None else fn(int(i), x))
+        except Exception as exc:
+            errors.annotate(exc, self._label, int(indices[len(out)]))
+            raise
+        return out
+
+
+class RandomMapMapDataset(MapDataset[Any]):
+    """Applies ``fn(element, rng)``; element ``i`` gets Philox(seed) at counter i."""
+
+    def __init__(self, parent: MapDataset[Any], transform: Any, *, seed: int | None = None) -> None:
+        super().__init__(parent)
+        self._fn = resolve_fn(transform, RandomMap, "random_map", "MapDataset.random_map()")
+        self._label = f"random_map({_name(transform)})"
+        self._rng_seed = resolve_seed(self, seed, "random_map")
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+        items = self._parent._getitems(indices)
+        fn, rng = self._fn, ElementRng(self._rng_seed)
+        out: list[Any] = []
+        append = out.append
+        try:
+            for i, x in zip(indices, items):
+                append(None if x is None else fn(x, rng.at(int(i))))
+        except Exception as exc:
+            errors.annotate(exc, self._label, int(indices[len(out)]))
+            raise
+        return out
+
+
+class MapIterDataset(IterDataset[Any]):
+    """Applies a function to every element of an IterDataset."""
+
+    def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
+        super().__init__(parent)
+        self._fn = resolve_fn(transform, Map, "map", "IterDataset.map()")
+        self._label = f"map({_name(transform)})"
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _MapIterator(iter(self._parent), self._label, lambda i, x: self._fn(x))
+
+
+class MapWithIndexIterDataset(IterDataset[Any]):
+    """Applies ``fn(index, element)``; the index counts the elements seen here."""
+
+    def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
+        super().__init__(parent)
+        self._fn = resolve_fn(transform, MapWithIndex, "map_with_index", "IterDataset.map_with_index()")
+        self._label = f"map_with_index({_name(transform)})"
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _MapIterator(iter(self._parent), self._label, self._fn)
+
+
+class RandomMapIterDataset(IterDataset[Any]):
+    """Applies ``fn(element, rng)``; the n-th element seen here gets counter n."""
+
+    def __init__(self, parent: IterDataset[Any], transform: Any, *, seed: int | None = None) -> None:
+        super().__init__(parent)
+        self._fn = resolve_fn(transform, RandomMap, "random_map", "IterDataset.random_map()")
+        self._label = f"random_map({_name(transform)})"
+        self._rng_seed = resolve_seed(self, seed, "random_map")
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        fn, rng = self._fn, ElementRng(self._rng_seed)
+        return _MapIterator(iter(self._parent), self._label, lambda i, x: fn(x, rng.at(i)))
+
+
+class _MapIterator(DatasetIterator[Any]):
+    _stage = "map"
+
+    def __init__(self, parent: DatasetIterator[Any], label: str, fn: Callable[[int, Any], Any]) -> None:
+        super().__init__(parent)
+        self._label, self._fn, self._index = label, fn, 0
+
+    def __next__(self) -> Any:
+        x = next(self._parent)
+        i = self._index
+        self._index = i + 1
+        try:
+            return self._fn(i, x)
+        except Exception as exc:
+            errors.annotate(exc, self._label, i)
+            raise
+
+    def get_state(self) -> dict[str, Any]:
+        return self._state(parent=self._parent.get_state(), index=self._index)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "parent", "index")
+        self._parent.set_state(state["parent"])
+        self._index = int(state["index"])

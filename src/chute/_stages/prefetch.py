@@ -1,0 +1,226 @@
+"""``MapDataset.to_iter_dataset``: reads a MapDataset in order, in chunks.
+
+Indices are read in chunks through the batched ``_getitems`` path, inline or
+on a thread pool (``ReadOptions``).  Chunk sizes adapt so that one chunk takes
+about a millisecond of work: cheap elements travel hundreds at a time, heavy
+ones a few at a time.  Results are always consumed in index order, so the
+output never depends on timing.
+
+When a chunk raises, its elements are read again one by one: the ones that
+work are returned in order, and each failing one raises its own exception
+from the ``next()`` call that reaches it; the following ``next()`` carries on.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import time
+import weakref
+from typing import Any
+
+import numpy as np
+
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.options import ReadOptions
+
+_TARGET_CHUNK_SECONDS = 0.002
+_MAX_CHUNK = 1024
+
+
+class PrefetchIterDataset(IterDataset[Any]):
+    """Iterates a MapDataset in index order, skipping filtered (``None``) elements."""
+
+    def __init__(
+        self, parent: MapDataset[Any], *, read_options: ReadOptions | None = None, allow_nones: bool = False
+    ) -> None:
+        if not isinstance(parent, MapDataset):
+            raise TypeError(f"to_iter_dataset() needs a MapDataset (got {type(parent).__name__}).")
+        if read_options is not None and not isinstance(read_options, ReadOptions):
+            raise TypeError(
+                f"read_options must be a chute.ReadOptions (got {read_options!r} that is a "
+                f"{type(read_options).__name__})."
+            )
+        super().__init__(parent)
+        self._read_options = read_options or ReadOptions()
+        self._allow_nones = bool(allow_nones)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _PrefetchIterator(self._parent, self._read_options, self._allow_nones)
+
+    def _describe(self) -> str:
+        return f"{self._parent!r}, {self._read_options}"
+
+
+def _read(ds: MapDataset[Any], start: int, stop: int) -> tuple[list[Any], float]:
+    began = time.perf_counter()
+    items = ds._getitems(np.arange(start, stop, dtype=np.int64))
+    return items, time.perf_counter() - began
+
+
+def _shutdown(executor: concurrent.futures.ThreadPoolExecutor) -> None:
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+class _PrefetchIterator(DatasetIterator[Any]):
+    _stage = "to_iter_dataset"
+
+    def __init__(self, ds: MapDataset[Any], options: ReadOptions, allow_nones: bool) -> None:
+        super().__init__()
+        self._ds, self._length, self._allow_nones = ds, len(ds), allow_nones
+        self._threads = options.num_threads if options.prefetch_buffer_size > 0 else 0
+        self._buffer_size = max(1, options.prefetch_buffer_size)
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._chunk = 1
+        self._start_at(0)
+
+    def _start_at(self, index: int) -> None:
+        self._items: list[Any] = []  # current chunk, reversed, popped from the end
+        self._stop = index  # index just past the current chunk
+        self._read_index = index  # next index to schedule
+        self._pending: collections.deque[tuple[int, int, Any]] = collections.deque()
+        self._failures: dict[int, BaseException] = {}
+
+    def __next__(self) -> Any:
+        items = self._items
+        while True:
+            while items:
+                x = items.pop()
+                if x is None:
+                    if self._failures:
+                        exc = self._failures.pop(self._stop - len(items) - 1, None)
+                        if exc is not None:
+                            raise exc
+                    if not self._allow_nones:
+                        continue
+                return x
+            items = self._refill()
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _refill(self) -> list[Any]:
+        if self._closed:
+            self._raise_closed()
+        if not self._pending:
+            self._schedule()
+            if not self._pending:
+                raise StopIteration
+        start, stop, future = self._pending.popleft()
+        try:
+            if future is None:
+                items, seconds = _read(self._ds, start, stop)
+            else:
+                items, seconds = future.result()
+            self._adapt(stop - start, seconds)
+        except Exception:
+            items = self._read_one_by_one(start, stop)
+        items.reverse()
+        self._items, self._stop = items, stop
+        if self._executor is not None:
+            self._schedule()
+        return items
+
+    def _schedule(self) -> None:
+        """Queues chunks: one inline, or enough to fill the prefetch buffer on threads."""
+        if not self._threads:
+            if self._read_index < self._length:
+                stop = min(self._read_index + self._chunk, self._length)
+                self._pending.append((self._read_index, stop, None))
+                self._read_index = stop
+            return
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                self._threads, thread_name_prefix="chute-read"
+            )
+            weakref.finalize(self, _shutdown, self._executor)
+        in_flight = sum(stop - start for start, stop, _ in self._pending)
+        max_chunks = 2 * self._threads
+        while (
+            self._read_index < self._length
+            and len(self._pending) < max_chunks
+            and (in_flight < self._buffer_size or not self._pending)
+        ):
+            size = max(1, min(self._chunk, self._buffer_size // self._threads or 1))
+            stop = min(self._read_index + size, self._length)
+            future = self._executor.submit(_read, self._ds, self._read_index, stop)
+            self._pending.append((self._read_index, stop, future))
+            in_flight += stop - self._read_index
+            self._read_index = stop
+
+    def _adapt(self, count: int, seconds: float) -> None:
+        """Sizes the next chunks to take about ``_TARGET_CHUNK_SECONDS`` each."""
+        if count < self._chunk:
+            return
+        if seconds < _TARGET_CHUNK_SECONDS / 2:
+            self._chunk = min(self._chunk * 2, _MAX_CHUNK)
+        elif seconds > _TARGET_CHUNK_SECONDS * 4 and self._chunk > 1:
+            self._chunk //= 2
+
+    def _read_one_by_one(self, start: int, stop: int) -> list[Any]:
+        items: list[Any] = []
+        for i in range(start, stop):
+            try:
+                items.append(self._ds._getitems([i])[0])
+            except Exception as exc:
+                self._failures[i] = exc
+                items.append(None)
+        self._chunk = 1
+        return items
+
+    # -- state and lifecycle ---------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        return self._state(next_index=self._stop - len(self._items))
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "next_index")
+        index = state["next_index"]
+        if not isinstance(index, int) or index < 0:
+            raise ValueError(f"to_iter_dataset: next_index must be an int >= 0 (got {index!r}).")
+        self._cancel()
+        self._start_at(index)
+
+    def _cancel(self) -> None:
+        for _, _, future in self._pending:
+            if future is not None:
+                future.cancel()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._cancel()
+        self._start_at(self._stop)
+        if self._executor is not None:
+            _shutdown(self._executor)
+        super().close()
+
+
+def _index_owner(iterator: DatasetIterator[Any]) -> _PrefetchIterator:
+    """The ``to_iter_dataset`` iterator at the root of a chain of single parents."""
+    node: Any = iterator
+    while not isinstance(node, _PrefetchIterator):
+        parents = getattr(node, "_parents", ())
+        if len(parents) != 1:
+            raise ValueError(
+                f"{type(iterator).__name__} does not read a MapDataset through a single "
+                "chain of stages, so it has no next index; use get_state() instead."
+            )
+        node = parents[0]
+    return node
+
+
+def get_next_index(iterator: DatasetIterator[Any]) -> int:
+    """The index (in the MapDataset) of the next element the iterator reads.
+
+    >>> it = iter(MapDataset.range(10).to_iter_dataset())
+    >>> _ = next(it); get_next_index(it)
+    1
+    """
+    owner = _index_owner(iterator)
+    return owner._stop - len(owner._items)
+
+
+def set_next_index(iterator: DatasetIterator[Any], index: int) -> None:
+    """Moves the iterator so that it next reads MapDataset element ``index``."""
+    owner = _index_owner(iterator)
+    owner.set_state(owner._state(next_index=index))

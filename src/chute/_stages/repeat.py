@@ -1,0 +1,98 @@
+"""``MapDataset.repeat`` and the experimental ``RepeatIterDataset``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.validate import check_int
+
+
+def _check_epochs(num_epochs: Any, where: str) -> int | None:
+    if num_epochs is None:
+        return None
+    return check_int(num_epochs, f"{where}: num_epochs", minimum=1)
+
+
+class RepeatMapDataset(MapDataset[Any]):
+    """The parent ``num_epochs`` times (``sys.maxsize`` elements if None).
+
+    With ``reseed_each_epoch`` (the default) index ``i`` reads the parent's
+    epoch ``i // len(parent)`` (reshuffled, reseeded); without it every epoch
+    reads the parent's first epoch again.
+    """
+
+    def __init__(self, parent: MapDataset[Any], num_epochs: int | None = None, *, reseed_each_epoch: bool = True) -> None:
+        super().__init__(parent)
+        self._epochs = _check_epochs(num_epochs, "MapDataset.repeat()")
+        if len(parent) == 0 and self._epochs is None:
+            raise ValueError("MapDataset.repeat(): cannot repeat an empty dataset forever.")
+        self._reseed = bool(reseed_each_epoch)
+
+    def __len__(self) -> int:
+        if self._epochs is None:
+            return sys.maxsize
+        return len(self._parent) * self._epochs
+
+    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+        if self._reseed:
+            return self._parent._getitems(indices)
+        n = len(self._parent)
+        return self._parent._getitems(np.asarray(indices, dtype=np.int64) % n)
+
+    def _describe(self) -> str:
+        return f"{self._parent!r}, num_epochs={self._epochs}"
+
+
+class RepeatIterDataset(IterDataset[Any]):
+    """Iterates the parent again and again (forever if ``num_epochs`` is None)."""
+
+    def __init__(self, parent: IterDataset[Any], num_epochs: int | None = None) -> None:
+        super().__init__(parent)
+        self._epochs = _check_epochs(num_epochs, "RepeatIterDataset")
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _RepeatIterator(self._parent, self._epochs)
+
+
+class _RepeatIterator(DatasetIterator[Any]):
+    _stage = "repeat"
+
+    def __init__(self, dataset: IterDataset[Any], epochs: int | None) -> None:
+        super().__init__(iter(dataset))
+        self._dataset, self._epochs, self._epoch = dataset, epochs, 0
+        self._empty_epoch = True
+
+    def __next__(self) -> Any:
+        while True:
+            try:
+                x = next(self._parents[0])
+            except StopIteration:
+                if self._empty_epoch:
+                    raise  # an epoch without elements: stop instead of spinning forever
+                self._epoch += 1
+                if self._epochs is not None and self._epoch >= self._epochs:
+                    raise
+                self._restart()
+                continue
+            self._empty_epoch = False
+            return x
+
+    def _restart(self) -> None:
+        old = self._parents[0]
+        self._parents = (iter(self._dataset),)
+        old.close()
+        self._empty_epoch = True
+
+    def get_state(self) -> dict[str, Any]:
+        return self._state(parent=self._parents[0].get_state(), epoch=self._epoch)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "parent", "epoch")
+        self._epoch = int(state["epoch"])
+        self._parents[0].set_state(state["parent"])
+        self._empty_epoch = False

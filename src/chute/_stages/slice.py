@@ -1,0 +1,60 @@
+"""``MapDataset.slice`` and ``ds[start:stop:step]``."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._core.dataset import MapDataset
+
+
+class SliceMapDataset(MapDataset[Any]):
+    """The parent's elements at a slice or at a sequence of indices.
+
+    Past its length, index ``i`` reads epoch ``i // len`` of the parent, so a
+    slice of a shuffled dataset is reshuffled in later epochs too.
+    """
+
+    def __init__(self, parent: MapDataset[Any], sl: slice | Sequence[int]) -> None:
+        super().__init__(parent)
+        n = len(parent)
+        if isinstance(sl, builtins.slice):
+            self._positions: Sequence[int] = builtins.range(n)[sl]
+        elif isinstance(sl, (Sequence, np.ndarray)) and not isinstance(sl, (str, bytes)):
+            positions = np.asarray(sl)
+            if positions.ndim != 1 or (positions.size and not np.issubdtype(positions.dtype, np.integer)):
+                raise TypeError(f"MapDataset.slice() takes a slice or a sequence of ints (got {sl!r}).")
+            bad = positions[(positions < -n) | (positions >= n)]
+            if bad.size:
+                raise IndexError(
+                    f"MapDataset.slice(): index {int(bad[0])} is out of range for a dataset "
+                    f"of {n} elements."
+                )
+            self._positions = np.where(positions < 0, positions + n, positions).astype(np.int64)
+        else:
+            raise TypeError(
+                f"MapDataset.slice() takes a slice or a sequence of ints (got {sl!r} that is "
+                f"a {type(sl).__name__})."
+            )
+        self._desc = repr(sl) if isinstance(sl, builtins.slice) else f"{len(self._positions)} indices"
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+        length = len(self._positions)
+        if length == 0:
+            raise IndexError("cannot read from an empty slice.")
+        epochs, within = np.divmod(np.asarray(indices, dtype=np.int64), length)
+        positions = self._positions
+        if isinstance(positions, builtins.range):
+            picked = positions.start + positions.step * within
+        else:
+            picked = positions[within]
+        return self._parent._getitems(picked + epochs * len(self._parent))
+
+    def _describe(self) -> str:
+        return f"{self._parent!r}, {self._desc}"

@@ -1,0 +1,84 @@
+"""Leaf MapDatasets: ``MapDataset.source(seq)`` and ``MapDataset.range(...)``."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._core import errors
+from chute._core.dataset import MapDataset
+from chute._core.validate import check_int
+
+
+class SourceMapDataset(MapDataset[Any]):
+    """Random access to a user's source (``__len__`` + ``__getitem__``)."""
+
+    def __init__(self, source: Any) -> None:
+        super().__init__()
+        if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
+            raise TypeError(
+                "MapDataset.source() takes an object with __len__ and __getitem__, such "
+                f"as a list or a chute data source (got {type(source).__name__})."
+            )
+        self._source = source
+        self._length = len(source)
+        self._read_many = getattr(source, "__getitems__", None)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+        n = self._length
+        if n == 0:
+            raise IndexError("cannot read from an empty source.")
+        wrapped = (np.asarray(indices, dtype=np.int64) % n).tolist()
+        try:
+            if self._read_many is not None:
+                return list(self._read_many(wrapped))
+            source = self._source
+            out: list[Any] = []
+            append = out.append
+            for i in wrapped:
+                append(source[i])
+            return out
+        except Exception as exc:
+            where = wrapped[len(out)] if self._read_many is None else None
+            errors.annotate(exc, f"source {type(self._source).__name__}", where)
+            raise
+
+    def _describe(self) -> str:
+        return f"{type(self._source).__name__}, len={self._length}"
+
+
+class RangeMapDataset(MapDataset[int]):
+    """``start, start + step, ...`` below ``stop``, like Python's ``range``."""
+
+    def __init__(self, start: int, stop: int | None = None, step: int = 1) -> None:
+        super().__init__()
+        if stop is None:
+            start, stop = 0, start
+        check_int(start, "MapDataset.range: start")
+        check_int(stop, "MapDataset.range: stop")
+        check_int(step, "MapDataset.range: step")
+        if step == 0:
+            raise ValueError("MapDataset.range: step must not be zero.")
+        self._range = builtins.range(start, stop, step)
+
+    def __len__(self) -> int:
+        return len(self._range)
+
+    def _getitems(self, indices: Sequence[int]) -> list[int]:
+        r, n = self._range, len(self._range)
+        if n == 0:
+            raise IndexError("cannot read from an empty range.")
+        idx = np.asarray(indices, dtype=np.int64) % n
+        return (r.start + r.step * idx).tolist()
+
+    def _describe(self) -> str:
+        r = self._range
+        return f"start={r.start}, stop={r.stop}, step={r.step}" + (
+            f", seed={self._seed}" if self._seed is not None else ""
+        )

@@ -1,0 +1,13 @@
+"""Placeholder: filled in by its own change."""
+
+from typing import Any
+
+from chute._core.dataset import IterDataset, MapDataset
+
+
+class WindowShuffleIterDataset(IterDataset[Any]):
+    pass
+
+
+class WindowShuffleMapDataset(MapDataset[Any]):
+    pass

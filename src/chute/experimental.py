@@ -1,0 +1,38 @@
+"""Experimental stages and helpers, named as in Grain, plus chute's own additions.
+
+chute's own additions (not in Grain): ``ErrorBudgetIterDataset`` and
+``skip_errors``, which skip failing elements up to a budget.
+"""
+
+from chute._core.conformance import assert_equal_output_after_checkpoint
+from chute._core.index_shuffle import index_shuffle
+from chute._core.transforms import FlatMap as FlatMapTransform
+from chute._stages.batch import batch_and_pad
+from chute._stages.error_budget import ErrorBudgetIterDataset, skip_errors
+from chute._stages.flat_map import FlatMapIterDataset, FlatMapMapDataset
+from chute._stages.limit import LimitIterDataset
+from chute._stages.prefetch import get_next_index, set_next_index
+from chute._stages.rebatch import RebatchIterDataset
+from chute._stages.repeat import RepeatIterDataset
+from chute._stages.window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
+from chute._stages.zip import ZipIterDataset, ZipMapDataset
+
+__all__ = [
+    "ErrorBudgetIterDataset",
+    "FlatMapIterDataset",
+    "FlatMapMapDataset",
+    "FlatMapTransform",
+    "LimitIterDataset",
+    "RebatchIterDataset",
+    "RepeatIterDataset",
+    "WindowShuffleIterDataset",
+    "WindowShuffleMapDataset",
+    "ZipIterDataset",
+    "ZipMapDataset",
+    "assert_equal_output_after_checkpoint",
+    "batch_and_pad",
+    "get_next_index",
+    "index_shuffle",
+    "set_next_index",
+    "skip_errors",
+]

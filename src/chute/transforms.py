@@ -1,0 +1,10 @@
+"""Transformations: subclass one and implement its method, or pass a callable.
+
+Also available under Grain's legacy names at the top level of ``chute``
+(``MapTransform``, ``RandomMapTransform``, ``FilterTransform``,
+``MapWithIndexTransform``, ``Batch``).
+"""
+
+from chute._core.transforms import Batch, Filter, FlatMap, Map, MapWithIndex, RandomMap
+
+__all__ = ["Batch", "Filter", "FlatMap", "Map", "MapWithIndex", "RandomMap"]
