@@ -1,0 +1,19 @@
+"""Shared fixtures for chute's tests."""
+
+from __future__ import annotations
+
+import pytest
+
+from chute import ReadOptions
+
+# Every way to_iter_dataset can run: inline, and on threads.
+READ_MODES = {
+    "inline": ReadOptions(num_threads=0, prefetch_buffer_size=0),
+    "threads": ReadOptions(num_threads=4, prefetch_buffer_size=16),
+}
+
+
+@pytest.fixture(params=sorted(READ_MODES))
+def read_options(request: pytest.FixtureRequest) -> ReadOptions:
+    """Read options for each execution mode; tests that care take this fixture."""
+    return READ_MODES[request.param]
