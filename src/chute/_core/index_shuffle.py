@@ -102,6 +102,31 @@ def _encrypt(values: np.ndarray, half: int, keys: tuple[np.uint64, ...]) -> np.n
     return (left << shift) | right
 
 
+def _keys(seed: int, rounds: int, half: int) -> tuple[np.uint64, ...]:
+    return tuple(np.uint64(k & ((1 << half) - 1)) for k in seed_seq_generate(seed, rounds))
+
+
+@functools.lru_cache(maxsize=16)
+def _small_table(max_index: int, seed: int, rounds: int) -> np.ndarray:
+    """The walked permutation of ``[0, max_index]`` for a 16-bit block.
+
+    A 16-bit block over a small range would need thousands of cycle-walking
+    steps per index; instead, encrypt all 65536 block values once and resolve
+    every walk together by pointer jumping (each pass doubles the distance
+    skipped over out-of-range values, so 17 passes suffice).
+    """
+    jump = _encrypt(np.arange(1 << 16, dtype=np.uint64), 8, _keys(seed, rounds, 8)).astype(np.int64)
+    while True:
+        pending = np.flatnonzero(jump[: max_index + 1] > max_index)
+        if not pending.size:
+            break
+        outside = np.flatnonzero(jump > max_index)
+        jump[outside] = jump[jump[outside]]
+    table = jump[: max_index + 1].astype(np.uint64)
+    table.flags.writeable = False
+    return table
+
+
 def index_shuffle_array(
     indices: npt.ArrayLike, max_index: int, seed: int, rounds: int = 4
 ) -> np.ndarray:
@@ -115,10 +140,10 @@ def index_shuffle_array(
         return np.zeros_like(values)
     bits = max(16, max_index.bit_length())
     bits += bits % 2
+    if bits == 16:
+        return _small_table(max_index, seed, rounds)[values]
     half = bits // 2
-    keys = tuple(
-        np.uint64(k & ((1 << half) - 1)) for k in seed_seq_generate(seed, rounds)
-    )
+    keys = _keys(seed, rounds, half)
     out = _encrypt(values.ravel(), half, keys)
     limit = np.uint64(max_index)
     outside = np.flatnonzero(out > limit)
@@ -148,6 +173,7 @@ def index_shuffle(index, max_index, seed, rounds):  # type: ignore[no-untyped-de
     [42407, 51356, 40198, 95258, 34627]
     """
     if isinstance(index, (int, np.integer)):
+        _check_args(max_index, seed, rounds)
         if not 0 <= index <= max_index:
             raise ValueError(
                 f"index_shuffle: index must be in [0, max_index={max_index}] (got {index})."
