@@ -1,0 +1,144 @@
+"""to_iter_dataset: chunked reads inline and on threads, state, lifecycle."""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from chute import CheckpointError, IteratorClosedError, MapDataset, ReadOptions
+from chute.experimental import assert_equal_output_after_checkpoint, get_next_index, set_next_index
+
+
+class CountingSource:
+    """A source with a batched read path that records how it was called."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.single_reads = 0
+        self.batched_reads: list[int] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        self.single_reads += 1
+        return index
+
+    def __getitems__(self, indices: list[int]) -> list[int]:
+        self.batched_reads.append(len(indices))
+        return list(indices)
+
+
+def _reader_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("chute-read")]
+
+
+def test_inline_and_threads_give_the_same_output(read_options: ReadOptions) -> None:
+    ds = MapDataset.range(5000).seed(9).shuffle().map(lambda x: x * 2).filter(lambda x: x % 3)
+    expected = [x for x in (2 * v for v in MapDataset.range(5000).seed(9).shuffle()) if x % 3]
+    assert list(ds.to_iter_dataset(read_options)) == expected
+
+
+def test_sources_are_read_in_batches(read_options: ReadOptions) -> None:
+    source = CountingSource(3000)
+    assert list(MapDataset.source(source).to_iter_dataset(read_options)) == list(range(3000))
+    assert source.single_reads == 0
+    assert max(source.batched_reads) > 1
+
+
+def test_infinite_datasets_are_read_lazily() -> None:
+    it = iter(MapDataset.range(3).repeat().to_iter_dataset())
+    assert [next(it) for _ in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+
+
+def test_state_is_the_next_index_and_restores(read_options: ReadOptions) -> None:
+    ds = MapDataset.range(100).filter(lambda x: x % 2).to_iter_dataset(read_options)
+    it = iter(ds)
+    for _ in range(5):
+        next(it)
+    state = it.get_state()
+    assert state["next_index"] == 10
+    assert len(json.dumps(state)) < 100
+    fresh = iter(ds)
+    fresh.set_state(state)
+    assert next(fresh) == 11
+    it.close()
+    fresh.close()
+
+
+def test_next_index_helpers() -> None:
+    it = iter(MapDataset.range(10).to_iter_dataset().map(lambda x: x))
+    next(it)
+    assert get_next_index(it) == 1
+    set_next_index(it, 7)
+    assert next(it) == 7
+
+
+def test_next_index_needs_a_single_chain() -> None:
+    from chute.experimental import ZipIterDataset
+
+    zipped = ZipIterDataset([MapDataset.range(3).to_iter_dataset(), MapDataset.range(3).to_iter_dataset()])
+    with pytest.raises(ValueError, match="use get_state"):
+        get_next_index(iter(zipped))
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        ("next_index=3", "takes the dict returned by get_state"),
+        ({"version": 99, "stage": "to_iter_dataset", "next_index": 3}, "version 99 is not supported"),
+        ({"version": 1, "stage": "batch", "next_index": 3}, "different pipeline"),
+        ({"version": 1, "stage": "to_iter_dataset"}, r"lacks \['next_index'\]"),
+    ],
+)
+def test_bad_states_are_rejected_clearly(state: Any, message: str) -> None:
+    it = iter(MapDataset.range(5).to_iter_dataset())
+    with pytest.raises(CheckpointError, match=message):
+        it.set_state(state)
+
+
+def test_bad_read_options() -> None:
+    with pytest.raises(ValueError, match="num_threads must be >= 0"):
+        ReadOptions(num_threads=-1)
+    with pytest.raises(TypeError, match="read_options must be a chute.ReadOptions"):
+        MapDataset.range(3).to_iter_dataset({"num_threads": 2})  # type: ignore[arg-type]
+
+
+def test_close_stops_threads_and_next_raises_clearly() -> None:
+    it = iter(MapDataset.range(10_000).to_iter_dataset(ReadOptions(num_threads=3, prefetch_buffer_size=64)))
+    next(it)
+    assert _reader_threads()
+    it.close()
+    for thread in _reader_threads():
+        thread.join(timeout=10)
+    assert not _reader_threads()
+    with pytest.raises(IteratorClosedError, match="was closed"):
+        next(it)
+
+
+def test_garbage_collected_iterators_release_their_threads() -> None:
+    it = iter(MapDataset.range(10_000).to_iter_dataset(ReadOptions(num_threads=2, prefetch_buffer_size=64)))
+    next(it)
+    del it
+    gc.collect()
+    for thread in _reader_threads():
+        thread.join(timeout=10)
+    assert not _reader_threads()
+
+
+def test_breaking_out_of_a_loop_and_context_manager() -> None:
+    with iter(MapDataset.range(1000).to_iter_dataset()) as it:
+        for x in it:
+            if x == 3:
+                break
+    with pytest.raises(IteratorClosedError):
+        next(it)
+
+
+def test_checkpoints_restore_exactly(read_options: ReadOptions) -> None:
+    ds = MapDataset.range(64).seed(1).shuffle().filter(lambda x: x % 5).to_iter_dataset(read_options)
+    assert_equal_output_after_checkpoint(ds)

@@ -1,0 +1,57 @@
+"""Pins the public surface: adding or removing a name must be deliberate."""
+
+from __future__ import annotations
+
+import chute
+
+
+def test_top_level_names() -> None:
+    assert sorted(chute.__all__) == chute.__all__
+    assert set(chute.__all__) >= {
+        "Batch",
+        "DatasetIterator",
+        "FilterTransform",
+        "IterDataset",
+        "MapDataset",
+        "MapTransform",
+        "MapWithIndexTransform",
+        "RandomMapTransform",
+        "ReadOptions",
+        "experimental",
+        "transforms",
+    }
+    for name in chute.__all__:
+        assert hasattr(chute, name), name
+
+
+def test_transforms_names() -> None:
+    assert chute.transforms.__all__ == ["Batch", "Filter", "FlatMap", "Map", "MapWithIndex", "RandomMap"]
+    assert chute.MapTransform is chute.transforms.Map
+    assert chute.experimental.FlatMapTransform is chute.transforms.FlatMap
+
+
+def test_experimental_names() -> None:
+    expected = {
+        "FlatMapIterDataset",
+        "FlatMapMapDataset",
+        "FlatMapTransform",
+        "LimitIterDataset",
+        "RebatchIterDataset",
+        "RepeatIterDataset",
+        "WindowShuffleIterDataset",
+        "WindowShuffleMapDataset",
+        "ZipIterDataset",
+        "ZipMapDataset",
+        "assert_equal_output_after_checkpoint",
+        "batch_and_pad",
+        "get_next_index",
+        "index_shuffle",
+        "set_next_index",
+        # chute's own additions
+        "ErrorBudgetIterDataset",
+        "skip_errors",
+    }
+    assert sorted(chute.experimental.__all__) == chute.experimental.__all__
+    assert set(chute.experimental.__all__) >= expected
+    for name in chute.experimental.__all__:
+        assert hasattr(chute.experimental, name), name
