@@ -25,7 +25,14 @@ def test_top_level_names() -> None:
 
 
 def test_transforms_names() -> None:
-    assert chute.transforms.__all__ == ["Batch", "Filter", "FlatMap", "Map", "MapWithIndex", "RandomMap"]
+    assert chute.transforms.__all__ == [
+        "Batch",
+        "Filter",
+        "FlatMap",
+        "Map",
+        "MapWithIndex",
+        "RandomMap",
+    ]
     assert chute.MapTransform is chute.transforms.Map
     assert chute.experimental.FlatMapTransform is chute.transforms.FlatMap
 

@@ -117,9 +117,17 @@ def test_apply_runs_transforms_in_order() -> None:
         transforms.MapWithIndex(lambda i, x: (i, x)),
     ]
     assert list(MapDataset.range(5).apply(steps)) == [(1, 2), (3, 4)]
-    batched = MapDataset.range(5).to_iter_dataset().apply([AddOne(), transforms.Batch(2, drop_remainder=True)])
+    batched = (
+        MapDataset.range(5)
+        .to_iter_dataset()
+        .apply([AddOne(), transforms.Batch(2, drop_remainder=True)])
+    )
     assert [b.tolist() for b in batched] == [[1, 2], [3, 4]]
-    draws = MapDataset.range(3).seed(1).apply(transforms.RandomMap(lambda x, rng: int(rng.integers(100))))
+    draws = (
+        MapDataset.range(3)
+        .seed(1)
+        .apply(transforms.RandomMap(lambda x, rng: int(rng.integers(100))))
+    )
     assert list(draws) == [0, 33, 81]
 
 

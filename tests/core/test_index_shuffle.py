@@ -23,7 +23,9 @@ CPP_SEED_SEQ = [
 
 
 @pytest.mark.parametrize(("seed", "count", "first", "last"), CPP_SEED_SEQ)
-def test_seed_seq_matches_cpp_standard_library(seed: int, count: int, first: int, last: int) -> None:
+def test_seed_seq_matches_cpp_standard_library(
+    seed: int, count: int, first: int, last: int
+) -> None:
     words = seed_seq_generate(seed, count)
     assert (words[0], words[-1]) == (first, last)
 

@@ -26,7 +26,18 @@ def test_random_map_matches_grain() -> None:
 
 def test_depth_of_the_mark_enters_the_seed() -> None:
     # Outputs observed from Grain for the same pipelines.
-    assert list(MapDataset.range(10).seed(42).map(lambda x: x).shuffle()) == [9, 8, 0, 3, 6, 4, 7, 2, 5, 1]
+    assert list(MapDataset.range(10).seed(42).map(lambda x: x).shuffle()) == [
+        9,
+        8,
+        0,
+        3,
+        6,
+        4,
+        7,
+        2,
+        5,
+        1,
+    ]
     assert list(MapDataset.range(10).seed(5).shuffle().shuffle()) == [1, 5, 7, 6, 9, 3, 4, 2, 0, 8]
 
 

@@ -15,7 +15,9 @@ Point = collections.namedtuple("Point", "x y")
 
 
 def test_stacks_dicts_tuples_and_namedtuples() -> None:
-    batch = tree.stack([{"a": Point(1, 2.0), "b": [np.zeros(2)]}, {"a": Point(3, 4.0), "b": [np.ones(2)]}])
+    batch = tree.stack(
+        [{"a": Point(1, 2.0), "b": [np.zeros(2)]}, {"a": Point(3, 4.0), "b": [np.ones(2)]}]
+    )
     assert isinstance(batch["a"], Point)
     assert batch["a"].x.tolist() == [1, 3]
     assert batch["b"][0].shape == (2, 2)
@@ -27,7 +29,9 @@ def test_strings_and_bytes_become_numpy_string_arrays() -> None:
 
 
 def test_mismatched_structures_name_both() -> None:
-    with pytest.raises(ValueError, match=r"element 0 is \{'a': int\} but element 1 is \{'b': int\}"):
+    with pytest.raises(
+        ValueError, match=r"element 0 is \{'a': int\} but element 1 is \{'b': int\}"
+    ):
         tree.stack([{"a": 1}, {"b": 2}])
     with pytest.raises(ValueError, match=r"element 0 is \(int, int\) but element 2 is \(int,\)"):
         tree.stack([(1, 2), (3, 4), (5,)])
@@ -48,7 +52,9 @@ def test_none_is_an_empty_container() -> None:
 
 
 elements = st.lists(
-    st.fixed_dictionaries({"i": st.integers(-1000, 1000), "f": st.floats(allow_nan=False), "s": st.text(max_size=5)}),
+    st.fixed_dictionaries(
+        {"i": st.integers(-1000, 1000), "f": st.floats(allow_nan=False), "s": st.text(max_size=5)}
+    ),
     min_size=1,
     max_size=20,
 )

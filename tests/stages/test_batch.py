@@ -25,7 +25,9 @@ def test_each_epoch_is_batched_on_its_own() -> None:
 
 
 def test_batch_stacks_trees_and_strings() -> None:
-    ds = MapDataset.source([{"a": 1, "b": (2, 3), "s": "x"}, {"a": 4, "b": (5, 6), "s": "yz"}]).batch(2)
+    ds = MapDataset.source(
+        [{"a": 1, "b": (2, 3), "s": "x"}, {"a": 4, "b": (5, 6), "s": "yz"}]
+    ).batch(2)
     batch = ds[0]
     assert batch["a"].tolist() == [1, 4]
     assert batch["b"][1].tolist() == [3, 6]
@@ -35,7 +37,11 @@ def test_batch_stacks_trees_and_strings() -> None:
 def test_custom_batch_fn_pads_ragged_elements() -> None:
     def pad_collate(items: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
         longest = max(x["tokens"].shape[0] for x in items)
-        return {"tokens": np.stack([np.pad(x["tokens"], (0, longest - len(x["tokens"]))) for x in items])}
+        return {
+            "tokens": np.stack(
+                [np.pad(x["tokens"], (0, longest - len(x["tokens"]))) for x in items]
+            )
+        }
 
     ragged = MapDataset.source([{"tokens": np.arange(n)} for n in [2, 5, 3, 4, 1, 2]])
     shapes = [b["tokens"].shape for b in ragged.batch(3, batch_fn=pad_collate)]
@@ -43,7 +49,11 @@ def test_custom_batch_fn_pads_ragged_elements() -> None:
 
 
 def test_batch_and_pad_keeps_a_static_shape() -> None:
-    ds = MapDataset.range(5).to_iter_dataset().batch(2, batch_fn=lambda v: batch_and_pad(v, batch_size=2))
+    ds = (
+        MapDataset.range(5)
+        .to_iter_dataset()
+        .batch(2, batch_fn=lambda v: batch_and_pad(v, batch_size=2))
+    )
     assert [b.tolist() for b in ds] == [[0, 1], [2, 3], [4, 0]]
     padded = batch_and_pad([{"a": 1, "b": np.ones(2)}], batch_size=3, pad_value=-1)
     assert padded["a"].tolist() == [1, -1, -1]
@@ -53,7 +63,9 @@ def test_batch_and_pad_keeps_a_static_shape() -> None:
 
 
 def test_map_batch_refuses_to_follow_filter() -> None:
-    with pytest.raises(ValueError, match=r"cannot follow MapDataset.filter\(\).*to_iter_dataset\(\).batch"):
+    with pytest.raises(
+        ValueError, match=r"cannot follow MapDataset.filter\(\).*to_iter_dataset\(\).batch"
+    ):
         MapDataset.range(10).filter(lambda x: x).map(lambda x: x).batch(2)
 
 
@@ -79,5 +91,9 @@ def test_iter_batch_drop_remainder() -> None:
 
 def test_checkpoints_restore_exactly() -> None:
     assert_equal_output_after_checkpoint(MapDataset.range(20).batch(3).to_iter_dataset())
-    assert_equal_output_after_checkpoint(MapDataset.range(20).to_iter_dataset().filter(lambda x: x % 3).batch(4))
-    assert_equal_output_after_checkpoint(MapDataset.range(20).shuffle(seed=2).repeat(2).batch(7).to_iter_dataset())
+    assert_equal_output_after_checkpoint(
+        MapDataset.range(20).to_iter_dataset().filter(lambda x: x % 3).batch(4)
+    )
+    assert_equal_output_after_checkpoint(
+        MapDataset.range(20).shuffle(seed=2).repeat(2).batch(7).to_iter_dataset()
+    )

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from chute import ErrorBudgetExceededError, MapDataset, ReadOptions
-from chute.experimental import ErrorBudgetIterDataset, assert_equal_output_after_checkpoint, skip_errors
+from chute.experimental import (
+    ErrorBudgetIterDataset,
+    assert_equal_output_after_checkpoint,
+    skip_errors,
+)
 
 
 class BadRecord(Exception):
@@ -39,7 +43,9 @@ def test_user_exception_reaches_caller_unchanged_with_a_note(read_options: ReadO
 
 
 def test_every_good_element_arrives_in_order(read_options: ReadOptions) -> None:
-    values, failures = _drain(iter(MapDataset.range(12).shuffle(seed=0).map(fragile).to_iter_dataset(read_options)))
+    values, failures = _drain(
+        iter(MapDataset.range(12).shuffle(seed=0).map(fragile).to_iter_dataset(read_options))
+    )
     assert sorted(values) == [0, 1, 2, 4, 5, 6, 8, 9, 10, 11]
     assert len(failures) == 2
     expected = [x for x in MapDataset.range(12).shuffle(seed=0) if x not in (3, 7)]
@@ -118,16 +124,29 @@ def test_error_budget_skips_and_records_failures(read_options: ReadOptions) -> N
 def test_error_budget_raises_once_spent() -> None:
     ds = MapDataset.range(10).map(fragile).to_iter_dataset().pipe(skip_errors, max_errors=1)
     it = iter(ds)
-    with pytest.raises(ErrorBudgetExceededError, match=r"2 of 8 elements failed.*max_errors=1") as info:
+    with pytest.raises(
+        ErrorBudgetExceededError, match=r"2 of 8 elements failed.*max_errors=1"
+    ) as info:
         list(it)
     assert isinstance(info.value.__cause__, BadRecord)
 
 
 def test_error_budget_by_ratio() -> None:
-    ds = ErrorBudgetIterDataset(MapDataset.range(10).map(fragile), max_error_ratio=0.1, min_elements=5)
+    ds = ErrorBudgetIterDataset(
+        MapDataset.range(10).map(fragile), max_error_ratio=0.1, min_elements=5
+    )
     with pytest.raises(ErrorBudgetExceededError, match="max_error_ratio=0.1"):
         list(ds)
-    assert len(list(ErrorBudgetIterDataset(MapDataset.range(10).map(fragile), max_error_ratio=0.3, min_elements=5))) == 8
+    assert (
+        len(
+            list(
+                ErrorBudgetIterDataset(
+                    MapDataset.range(10).map(fragile), max_error_ratio=0.3, min_elements=5
+                )
+            )
+        )
+        == 8
+    )
 
 
 def test_error_budget_carries_over_a_resume() -> None:

@@ -35,5 +35,9 @@ def test_filter_rejects_non_predicates() -> None:
 
 
 def test_checkpoints_restore_exactly() -> None:
-    assert_equal_output_after_checkpoint(MapDataset.range(40).filter(lambda x: x % 3).to_iter_dataset())
-    assert_equal_output_after_checkpoint(MapDataset.range(40).to_iter_dataset().filter(lambda x: x % 4 == 1))
+    assert_equal_output_after_checkpoint(
+        MapDataset.range(40).filter(lambda x: x % 3).to_iter_dataset()
+    )
+    assert_equal_output_after_checkpoint(
+        MapDataset.range(40).to_iter_dataset().filter(lambda x: x % 4 == 1)
+    )

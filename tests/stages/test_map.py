@@ -27,7 +27,12 @@ def test_map_with_index_gets_the_global_index() -> None:
 
 
 def test_iter_map_with_index_counts_this_stage_input() -> None:
-    ds = MapDataset.range(5).filter(lambda x: x % 2).to_iter_dataset().map_with_index(lambda i, x: (i, x))
+    ds = (
+        MapDataset.range(5)
+        .filter(lambda x: x % 2)
+        .to_iter_dataset()
+        .map_with_index(lambda i, x: (i, x))
+    )
     assert list(ds) == [(0, 1), (1, 3)]
 
 
@@ -61,9 +66,19 @@ def test_wrong_transform_kind_names_the_right_method() -> None:
     "make",
     [
         lambda: MapDataset.range(23).map(lambda x: x * 3).to_iter_dataset(),
-        lambda: MapDataset.range(23).seed(1).random_map(lambda x, r: float(r.random())).to_iter_dataset(),
+        lambda: (
+            MapDataset.range(23)
+            .seed(1)
+            .random_map(lambda x, r: float(r.random()))
+            .to_iter_dataset()
+        ),
         lambda: MapDataset.range(23).to_iter_dataset().map_with_index(lambda i, x: i * x),
-        lambda: MapDataset.range(23).to_iter_dataset().seed(2).random_map(lambda x, r: int(r.integers(9))),
+        lambda: (
+            MapDataset.range(23)
+            .to_iter_dataset()
+            .seed(2)
+            .random_map(lambda x, r: int(r.integers(9)))
+        ),
     ],
 )
 def test_checkpoints_restore_exactly(make) -> None:  # type: ignore[no-untyped-def]

@@ -33,8 +33,9 @@ class CountingSource:
         return list(indices)
 
 
-def _reader_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("chute-read")]
+def _reader_threads(it: object) -> list[threading.Thread]:
+    prefix = f"chute-read-{id(it):x}"
+    return [t for t in threading.enumerate() if t.name.startswith(prefix)]
 
 
 def test_inline_and_threads_give_the_same_output(read_options: ReadOptions) -> None:
@@ -81,7 +82,9 @@ def test_next_index_helpers() -> None:
 def test_next_index_needs_a_single_chain() -> None:
     from chute.experimental import ZipIterDataset
 
-    zipped = ZipIterDataset([MapDataset.range(3).to_iter_dataset(), MapDataset.range(3).to_iter_dataset()])
+    zipped = ZipIterDataset(
+        [MapDataset.range(3).to_iter_dataset(), MapDataset.range(3).to_iter_dataset()]
+    )
     with pytest.raises(ValueError, match="use get_state"):
         get_next_index(iter(zipped))
 
@@ -90,7 +93,10 @@ def test_next_index_needs_a_single_chain() -> None:
     ("state", "message"),
     [
         ("next_index=3", "takes the dict returned by get_state"),
-        ({"version": 99, "stage": "to_iter_dataset", "next_index": 3}, "version 99 is not supported"),
+        (
+            {"version": 99, "stage": "to_iter_dataset", "next_index": 3},
+            "version 99 is not supported",
+        ),
         ({"version": 1, "stage": "batch", "next_index": 3}, "different pipeline"),
         ({"version": 1, "stage": "to_iter_dataset"}, r"lacks \['next_index'\]"),
     ],
@@ -109,25 +115,46 @@ def test_bad_read_options() -> None:
 
 
 def test_close_stops_threads_and_next_raises_clearly() -> None:
-    it = iter(MapDataset.range(10_000).to_iter_dataset(ReadOptions(num_threads=3, prefetch_buffer_size=64)))
+    it = iter(
+        MapDataset.range(10_000).to_iter_dataset(
+            ReadOptions(num_threads=3, prefetch_buffer_size=64)
+        )
+    )
     next(it)
-    assert _reader_threads()
+    threads = _reader_threads(it)
+    assert threads
     it.close()
-    for thread in _reader_threads():
+    for thread in threads:
         thread.join(timeout=10)
-    assert not _reader_threads()
+    assert not any(t.is_alive() for t in threads)
     with pytest.raises(IteratorClosedError, match="was closed"):
         next(it)
 
 
 def test_garbage_collected_iterators_release_their_threads() -> None:
-    it = iter(MapDataset.range(10_000).to_iter_dataset(ReadOptions(num_threads=2, prefetch_buffer_size=64)))
+    it = iter(
+        MapDataset.range(10_000).to_iter_dataset(
+            ReadOptions(num_threads=2, prefetch_buffer_size=64)
+        )
+    )
     next(it)
+    threads = _reader_threads(it)
+    assert threads
     del it
     gc.collect()
-    for thread in _reader_threads():
+    for thread in threads:
         thread.join(timeout=10)
-    assert not _reader_threads()
+    assert not any(t.is_alive() for t in threads)
+
+
+def test_exhausted_iterators_release_their_threads() -> None:
+    it = iter(MapDataset.range(100).to_iter_dataset(ReadOptions(num_threads=2, prefetch_buffer_size=8)))
+    next(it)
+    threads = _reader_threads(it)
+    assert list(it) == list(range(1, 100))
+    for thread in threads:
+        thread.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
 
 
 def test_breaking_out_of_a_loop_and_context_manager() -> None:
@@ -140,5 +167,7 @@ def test_breaking_out_of_a_loop_and_context_manager() -> None:
 
 
 def test_checkpoints_restore_exactly(read_options: ReadOptions) -> None:
-    ds = MapDataset.range(64).seed(1).shuffle().filter(lambda x: x % 5).to_iter_dataset(read_options)
+    ds = (
+        MapDataset.range(64).seed(1).shuffle().filter(lambda x: x % 5).to_iter_dataset(read_options)
+    )
     assert_equal_output_after_checkpoint(ds)

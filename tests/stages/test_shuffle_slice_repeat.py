@@ -7,13 +7,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chute import MapDataset
-from chute.experimental import LimitIterDataset, RepeatIterDataset, assert_equal_output_after_checkpoint
+from chute.experimental import (
+    LimitIterDataset,
+    RepeatIterDataset,
+    assert_equal_output_after_checkpoint,
+)
 
 
 def test_shuffle_reshuffles_each_epoch_like_grain() -> None:
     # Grain's outputs for the same pipelines.
     assert list(MapDataset.range(5).shuffle(seed=1).repeat(2)) == [1, 2, 3, 0, 4, 0, 4, 1, 2, 3]
-    assert list(MapDataset.range(5).shuffle(seed=1).repeat(2, reseed_each_epoch=False)) == [1, 2, 3, 0, 4] * 2
+    assert (
+        list(MapDataset.range(5).shuffle(seed=1).repeat(2, reseed_each_epoch=False))
+        == [1, 2, 3, 0, 4] * 2
+    )
     ds = MapDataset.range(10).seed(42).shuffle()
     assert [ds[i] for i in range(10, 20)] == [4, 1, 3, 0, 9, 8, 7, 2, 6, 5]
 
@@ -86,7 +93,9 @@ def test_limit_iter_dataset() -> None:
         lambda: MapDataset.range(17).seed(4).shuffle().to_iter_dataset(),
         lambda: MapDataset.range(17).seed(4).shuffle().repeat(2).to_iter_dataset(),
         lambda: MapDataset.range(17)[3:14:2].to_iter_dataset(),
-        lambda: RepeatIterDataset(MapDataset.range(5).seed(1).shuffle().to_iter_dataset(), num_epochs=3),
+        lambda: RepeatIterDataset(
+            MapDataset.range(5).seed(1).shuffle().to_iter_dataset(), num_epochs=3
+        ),
         lambda: LimitIterDataset(MapDataset.range(50).to_iter_dataset(), 12),
     ],
 )

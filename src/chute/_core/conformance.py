@@ -34,7 +34,8 @@ def _shape(state: Any) -> Any:
 
 
 def _run(iterator: Any, limit: int | None) -> tuple[list[Any], list[dict[str, Any]]]:
-    values, states = [], [iterator.get_state()]
+    values: list[Any] = []
+    states = [iterator.get_state()]
     while limit is None or len(values) < limit:
         try:
             values.append(next(iterator))
@@ -57,7 +58,7 @@ def assert_equal_output_after_checkpoint(
     Raises:
       AssertionError: naming the step where the restored output differs.
     """
-    it = iter(ds)
+    it: Any = iter(ds)
     expected, states = _run(it, max_steps)
     shape = _shape(states[0])
     for k, state in enumerate(states):
@@ -70,7 +71,7 @@ def assert_equal_output_after_checkpoint(
         picks = np.linspace(0, len(steps) - 1, restore_points).round().astype(int)
         steps = sorted(set(picks.tolist()))
     for k in steps:
-        fresh = iter(ds)
+        fresh: Any = iter(ds)
         fresh.set_state(json.loads(json.dumps(states[k])))
         got, _ = _run(fresh, None if max_steps is None else max_steps - k)
         if not _equal(got, expected[k:]):

@@ -17,7 +17,9 @@ from __future__ import annotations
 import abc
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, overload
+
+import numpy as np
 
 from chute._core import errors
 from chute._core.seeding import check_seed
@@ -30,6 +32,9 @@ T = TypeVar("T")
 S = TypeVar("S")
 
 STATE_VERSION = 1
+
+#: What ``_getitems`` takes: non-negative ints, possibly past ``len`` (later epochs).
+Indices = Union[Sequence[int], np.ndarray]
 
 
 def _as_tuple(parents: Any) -> tuple[Any, ...]:
@@ -114,7 +119,11 @@ def _apply_one(ds: Any, t: Any) -> Any:
     if isinstance(t, Filter):
         return ds.filter(t)
     if isinstance(t, FlatMap):
-        stage = _s.flat_map.FlatMapMapDataset if isinstance(ds, MapDataset) else _s.flat_map.FlatMapIterDataset
+        stage = (
+            _s.flat_map.FlatMapMapDataset
+            if isinstance(ds, MapDataset)
+            else _s.flat_map.FlatMapIterDataset
+        )
         return stage(ds, t)
     if isinstance(t, Batch):
         return ds.batch(t.batch_size, drop_remainder=t.drop_remainder, batch_fn=t.batch_fn)
@@ -133,7 +142,7 @@ class MapDataset(_Node, Generic[T], metaclass=_CheckedInit):
     (10, 10, [10, 70, 60])
     """
 
-    _checked_classes: set[type] = set()
+    _checked_classes: ClassVar[set[type]] = set()
 
     def __init__(self, parents: MapDataset | Sequence[MapDataset] = ()) -> None:
         super().__init__(parents)
@@ -154,7 +163,7 @@ class MapDataset(_Node, Generic[T], metaclass=_CheckedInit):
     @overload
     def __getitem__(self, index: slice) -> MapDataset[T]: ...
 
-    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+    def __getitem__(self, index):
         """Element ``index`` (``None`` if filtered out), or a lazy slice.
 
         Indices past ``len(self)`` continue into later epochs (reshuffled by
@@ -165,12 +174,14 @@ class MapDataset(_Node, Generic[T], metaclass=_CheckedInit):
         if index < 0:
             index += len(self)
             if index < 0:
-                raise IndexError(f"index {index - len(self)} out of range for {len(self)} elements.")
+                raise IndexError(
+                    f"index {index - len(self)} out of range for {len(self)} elements."
+                )
         return self._getitems([index])[0]
 
-    def _getitems(self, indices: Sequence[int]) -> list[T | None]:
+    def _getitems(self, indices: Indices) -> list[Any]:
         """Reads many elements at once; stages override this with a batched path."""
-        return [self[i] for i in indices]
+        return [self[int(i)] for i in indices]
 
     def __iter__(self) -> DatasetIterator[T]:
         return iter(self.to_iter_dataset())
@@ -192,7 +203,9 @@ class MapDataset(_Node, Generic[T], metaclass=_CheckedInit):
         return _s.source.RangeMapDataset(start, stop, step)
 
     @staticmethod
-    def mix(datasets: Sequence[MapDataset[Any]], weights: Sequence[float] | None = None) -> MapDataset[Any]:
+    def mix(
+        datasets: Sequence[MapDataset[Any]], weights: Sequence[float] | None = None
+    ) -> MapDataset[Any]:
         """Interleaves datasets in proportion to ``weights`` (equal by default)."""
         return _s.mix.MixedMapDataset(datasets, weights)
 
@@ -202,7 +215,9 @@ class MapDataset(_Node, Generic[T], metaclass=_CheckedInit):
         return _s.mix.ConcatenateMapDataset(datasets)
 
     @staticmethod
-    def select_from_datasets(datasets: Sequence[MapDataset[Any]], selection_map: Any) -> MapDataset[Any]:
+    def select_from_datasets(
+        datasets: Sequence[MapDataset[Any]], selection_map: Any
+    ) -> MapDataset[Any]:
         """Elements picked by ``selection_map[i] -> (dataset index, index in it)``."""
         return _s.mix.SelectionMapDataset(datasets, selection_map)
 
@@ -216,7 +231,9 @@ class MapDataset(_Node, Generic[T], metaclass=_CheckedInit):
         batch_fn: Callable[[Sequence[T]], S] | None = None,
     ) -> MapDataset[S]:
         """Groups consecutive elements of each epoch into batches (stacked leaves)."""
-        return _s.batch.BatchMapDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        return _s.batch.BatchMapDataset(
+            self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn
+        )
 
     def filter(self, transform: Filter | Callable[[T], bool]) -> MapDataset[T]:
         """Keeps elements where ``transform`` is true; the others read as ``None``."""
@@ -244,13 +261,19 @@ class MapDataset(_Node, Generic[T], metaclass=_CheckedInit):
         """The elements at a slice or a sequence of indices."""
         return _s.slice.SliceMapDataset(self, sl)
 
-    def repeat(self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True) -> MapDataset[T]:
+    def repeat(
+        self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
+    ) -> MapDataset[T]:
         """Repeats the dataset (forever when ``num_epochs`` is None)."""
         return _s.repeat.RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
-    def to_iter_dataset(self, read_options: ReadOptions | None = None, *, allow_nones: bool = False) -> IterDataset[T]:
+    def to_iter_dataset(
+        self, read_options: ReadOptions | None = None, *, allow_nones: bool = False
+    ) -> IterDataset[T]:
         """An IterDataset reading this dataset in order, in chunks, on threads."""
-        return _s.prefetch.PrefetchIterDataset(self, read_options=read_options, allow_nones=allow_nones)
+        return _s.prefetch.PrefetchIterDataset(
+            self, read_options=read_options, allow_nones=allow_nones
+        )
 
 
 class IterDataset(_Node, Generic[T], metaclass=_CheckedInit):
@@ -284,7 +307,9 @@ class IterDataset(_Node, Generic[T], metaclass=_CheckedInit):
         batch_fn: Callable[[Sequence[T]], S] | None = None,
     ) -> IterDataset[S]:
         """Groups consecutive elements into batches (stacked leaves)."""
-        return _s.batch.BatchIterDataset(self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        return _s.batch.BatchIterDataset(
+            self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn
+        )
 
     def filter(self, transform: Filter | Callable[[T], bool]) -> IterDataset[T]:
         """Keeps the elements where ``transform`` is true."""
@@ -398,4 +423,3 @@ class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
 
 # The stage modules subclass the classes above, so they are imported last.
 from chute import _stages as _s  # noqa: E402
-

@@ -73,13 +73,9 @@ def _check_args(max_index: int, seed: int, rounds: int) -> None:
     if max_index < 0:
         raise ValueError(f"index_shuffle: max_index must be >= 0 (got {max_index}).")
     if not 0 <= seed < 2**32:
-        raise ValueError(
-            f"index_shuffle: seed must be an integer in [0, 2**32) (got {seed})."
-        )
+        raise ValueError(f"index_shuffle: seed must be an integer in [0, 2**32) (got {seed}).")
     if rounds % 2 or not 4 <= rounds <= 1024:
-        raise ValueError(
-            f"index_shuffle: rounds must be even and in [4, 1024] (got {rounds})."
-        )
+        raise ValueError(f"index_shuffle: rounds must be even and in [4, 1024] (got {rounds}).")
 
 
 def _encrypt(values: np.ndarray, half: int, keys: tuple[np.uint64, ...]) -> np.ndarray:
@@ -162,7 +158,7 @@ def index_shuffle(
 ) -> np.ndarray: ...
 
 
-def index_shuffle(index, max_index, seed, rounds):  # type: ignore[no-untyped-def]
+def index_shuffle(index, max_index, seed, rounds):
     """Returns the position of ``index`` in a pseudo-random permutation.
 
     The permutation of ``[0, max_index]`` is fixed by ``seed`` and ``rounds``

@@ -29,8 +29,7 @@ def check_seed(seed: object, what: str = "seed") -> int:
     """Returns ``seed`` as an int after checking it is in ``[0, 2**32)``."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(
-            f"{what} must be an int in [0, 2**32) (got {seed!r} that is a "
-            f"{type(seed).__name__})."
+            f"{what} must be an int in [0, 2**32) (got {seed!r} that is a {type(seed).__name__})."
         )
     if not 0 <= int(seed) < MAX_SEED:
         raise ValueError(f"{what} must be an int in [0, 2**32) (got {seed}).")

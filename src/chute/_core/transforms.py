@@ -51,7 +51,9 @@ class _Transform:
 
     def __repr__(self) -> str:
         fn = getattr(self, "_fn", None)
-        return f"{type(self).__name__}({_name(fn)})" if fn is not None else f"{type(self).__name__}()"
+        return (
+            f"{type(self).__name__}({_name(fn)})" if fn is not None else f"{type(self).__name__}()"
+        )
 
 
 class Map(_Transform):
@@ -96,7 +98,9 @@ class FlatMap(_Transform):
     _method = "flat_map"
     max_fan_out: int = 0
 
-    def __init__(self, fn: Callable[[Any], Sequence[Any]] | None = None, *, max_fan_out: int | None = None) -> None:
+    def __init__(
+        self, fn: Callable[[Any], Sequence[Any]] | None = None, *, max_fan_out: int | None = None
+    ) -> None:
         super().__init__(fn)
         if max_fan_out is not None:
             self.max_fan_out = max_fan_out

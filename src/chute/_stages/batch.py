@@ -9,11 +9,13 @@ from typing import Any
 import numpy as np
 
 from chute._core import errors, tree
-from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
 from chute._core.validate import check_callable, check_positive_int
 
 
-def _check_args(where: str, batch_size: Any, drop_remainder: Any, batch_fn: Any) -> Callable[[Sequence[Any]], Any]:
+def _check_args(
+    where: str, batch_size: Any, drop_remainder: Any, batch_fn: Any
+) -> Callable[[Sequence[Any]], Any]:
     check_positive_int(batch_size, f"{where}: batch_size")
     if not isinstance(drop_remainder, (bool, np.bool_)):
         raise TypeError(f"{where}: drop_remainder must be a bool (got {drop_remainder!r}).")
@@ -66,7 +68,7 @@ class BatchMapDataset(MapDataset[Any]):
             return n // size
         return n // size if self._drop else -(-n // size)
 
-    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+    def _getitems(self, indices: Indices) -> list[Any]:
         n, size, length = len(self._parent), self._batch_size, len(self)
         if length == 0:
             raise IndexError("cannot read from a batched dataset with no batches.")
@@ -165,9 +167,14 @@ class _BatchIterator(DatasetIterator[Any]):
     def get_state(self) -> dict[str, Any]:
         if self._pulls:
             return self._state(
-                parent=self._start_state, batches=self._batches, pulls=self._pulls, failed=list(self._failed)
+                parent=self._start_state,
+                batches=self._batches,
+                pulls=self._pulls,
+                failed=list(self._failed),
             )
-        return self._state(parent=self._parent.get_state(), batches=self._batches, pulls=0, failed=[])
+        return self._state(
+            parent=self._parent.get_state(), batches=self._batches, pulls=0, failed=[]
+        )
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "parent", "batches", "pulls", "failed")

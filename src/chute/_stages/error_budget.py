@@ -57,12 +57,21 @@ class ErrorBudgetIterDataset(IterDataset[Any]):
         if max_error_ratio is not None and not (
             isinstance(max_error_ratio, (int, float)) and 0.0 <= max_error_ratio <= 1.0
         ):
-            raise ValueError(f"ErrorBudgetIterDataset: max_error_ratio must be in [0, 1] (got {max_error_ratio!r}).")
+            raise ValueError(
+                "ErrorBudgetIterDataset: max_error_ratio must be in [0, 1] "
+                f"(got {max_error_ratio!r})."
+            )
         check_int(min_elements, "ErrorBudgetIterDataset: min_elements", minimum=1)
-        self._max_errors, self._max_ratio, self._min_elements = max_errors, max_error_ratio, min_elements
+        self._max_errors, self._max_ratio, self._min_elements = (
+            max_errors,
+            max_error_ratio,
+            min_elements,
+        )
 
     def __iter__(self) -> DatasetIterator[Any]:
-        return _ErrorBudgetIterator(iter(self._parent), self._max_errors, self._max_ratio, self._min_elements)
+        return _ErrorBudgetIterator(
+            iter(self._parent), self._max_errors, self._max_ratio, self._min_elements
+        )
 
 
 def skip_errors(
@@ -81,7 +90,13 @@ def skip_errors(
 class _ErrorBudgetIterator(DatasetIterator[Any]):
     _stage = "error_budget"
 
-    def __init__(self, parent: DatasetIterator[Any], max_errors: int | None, max_ratio: float | None, min_elements: int) -> None:
+    def __init__(
+        self,
+        parent: DatasetIterator[Any],
+        max_errors: int | None,
+        max_ratio: float | None,
+        min_elements: int,
+    ) -> None:
         super().__init__(parent)
         self._max_errors, self._max_ratio, self._min_elements = max_errors, max_ratio, min_elements
         self._tried = 0
@@ -122,17 +137,23 @@ class _ErrorBudgetIterator(DatasetIterator[Any]):
         )
         if over_count or over_ratio:
             limit = (
-                f"max_errors={self._max_errors}" if over_count else f"max_error_ratio={self._max_ratio}"
+                f"max_errors={self._max_errors}"
+                if over_count
+                else f"max_error_ratio={self._max_ratio}"
             )
             raise ErrorBudgetExceededError(
                 f"{errors} of {self._tried} elements failed, over the error budget ({limit}). "
                 f"Skipped so far: {self._skipped[:5]}{' ...' if errors > 5 else ''}. Fix the "
                 "failing elements or raise the budget."
             ) from exc
-        logger.warning("chute: skipped a failing element (%s of the budget used): %s", errors, entry)
+        logger.warning(
+            "chute: skipped a failing element (%s of the budget used): %s", errors, entry
+        )
 
     def get_state(self) -> dict[str, Any]:
-        return self._state(parent=self._parent.get_state(), tried=self._tried, skipped=list(self._skipped))
+        return self._state(
+            parent=self._parent.get_state(), tried=self._tried, skipped=list(self._skipped)
+        )
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "parent", "tried", "skipped")

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from chute._core import errors
-from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
 from chute._core.transforms import TRANSFORM_TYPES, Filter, _name
 
 
@@ -36,7 +35,7 @@ class FilterMapDataset(MapDataset[Any]):
     def __len__(self) -> int:
         return len(self._parent)
 
-    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+    def _getitems(self, indices: Indices) -> list[Any]:
         items = self._parent._getitems(indices)
         pred = self._pred
         out: list[Any] = []

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from chute._core import errors
-from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
 from chute._core.seeding import ElementRng, resolve_seed
 from chute._core.transforms import Map, MapWithIndex, RandomMap, _name
 
@@ -21,7 +21,7 @@ def resolve_fn(transform: Any, kind: type, method: str, where: str) -> Callable[
             f"{transform!r} that is a {type(transform).__name__}); check that you used "
             "the method that matches the transform (map, random_map, map_with_index)."
         )
-    return transform  # type: ignore[no-any-return]
+    return transform
 
 
 class MapMapDataset(MapDataset[Any]):
@@ -35,7 +35,7 @@ class MapMapDataset(MapDataset[Any]):
     def __len__(self) -> int:
         return len(self._parent)
 
-    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+    def _getitems(self, indices: Indices) -> list[Any]:
         items = self._parent._getitems(indices)
         fn = self._fn
         out: list[Any] = []
@@ -54,13 +54,15 @@ class MapWithIndexMapDataset(MapDataset[Any]):
 
     def __init__(self, parent: MapDataset[Any], transform: Any) -> None:
         super().__init__(parent)
-        self._fn = resolve_fn(transform, MapWithIndex, "map_with_index", "MapDataset.map_with_index()")
+        self._fn = resolve_fn(
+            transform, MapWithIndex, "map_with_index", "MapDataset.map_with_index()"
+        )
         self._label = f"map_with_index({_name(transform)})"
 
     def __len__(self) -> int:
         return len(self._parent)
 
-    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+    def _getitems(self, indices: Indices) -> list[Any]:
         items = self._parent._getitems(indices)
         fn = self._fn
         out: list[Any] = []
@@ -86,7 +88,7 @@ class RandomMapMapDataset(MapDataset[Any]):
     def __len__(self) -> int:
         return len(self._parent)
 
-    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+    def _getitems(self, indices: Indices) -> list[Any]:
         items = self._parent._getitems(indices)
         fn, rng = self._fn, ElementRng(self._rng_seed)
         out: list[Any] = []
@@ -117,7 +119,9 @@ class MapWithIndexIterDataset(IterDataset[Any]):
 
     def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
         super().__init__(parent)
-        self._fn = resolve_fn(transform, MapWithIndex, "map_with_index", "IterDataset.map_with_index()")
+        self._fn = resolve_fn(
+            transform, MapWithIndex, "map_with_index", "IterDataset.map_with_index()"
+        )
         self._label = f"map_with_index({_name(transform)})"
 
     def __iter__(self) -> DatasetIterator[Any]:
@@ -127,7 +131,9 @@ class MapWithIndexIterDataset(IterDataset[Any]):
 class RandomMapIterDataset(IterDataset[Any]):
     """Applies ``fn(element, rng)``; the n-th element seen here gets counter n."""
 
-    def __init__(self, parent: IterDataset[Any], transform: Any, *, seed: int | None = None) -> None:
+    def __init__(
+        self, parent: IterDataset[Any], transform: Any, *, seed: int | None = None
+    ) -> None:
         super().__init__(parent)
         self._fn = resolve_fn(transform, RandomMap, "random_map", "IterDataset.random_map()")
         self._label = f"random_map({_name(transform)})"
@@ -141,7 +147,9 @@ class RandomMapIterDataset(IterDataset[Any]):
 class _MapIterator(DatasetIterator[Any]):
     _stage = "map"
 
-    def __init__(self, parent: DatasetIterator[Any], label: str, fn: Callable[[int, Any], Any]) -> None:
+    def __init__(
+        self, parent: DatasetIterator[Any], label: str, fn: Callable[[int, Any], Any]
+    ) -> None:
         super().__init__(parent)
         self._label, self._fn, self._index = label, fn, 0
 

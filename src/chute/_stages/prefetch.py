@@ -32,7 +32,11 @@ class PrefetchIterDataset(IterDataset[Any]):
     """Iterates a MapDataset in index order, skipping filtered (``None``) elements."""
 
     def __init__(
-        self, parent: MapDataset[Any], *, read_options: ReadOptions | None = None, allow_nones: bool = False
+        self,
+        parent: MapDataset[Any],
+        *,
+        read_options: ReadOptions | None = None,
+        allow_nones: bool = False,
     ) -> None:
         if not isinstance(parent, MapDataset):
             raise TypeError(f"to_iter_dataset() needs a MapDataset (got {type(parent).__name__}).")
@@ -104,6 +108,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         if not self._pending:
             self._schedule()
             if not self._pending:
+                self._release_threads()
                 raise StopIteration
         start, stop, future = self._pending.popleft()
         try:
@@ -130,7 +135,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
             return
         if self._executor is None:
             self._executor = concurrent.futures.ThreadPoolExecutor(
-                self._threads, thread_name_prefix="chute-read"
+                self._threads, thread_name_prefix=f"chute-read-{id(self):x}"
             )
             weakref.finalize(self, _shutdown, self._executor)
         in_flight = sum(stop - start for start, stop, _ in self._pending)
@@ -185,13 +190,17 @@ class _PrefetchIterator(DatasetIterator[Any]):
             if future is not None:
                 future.cancel()
 
+    def _release_threads(self) -> None:
+        if self._executor is not None:
+            _shutdown(self._executor)
+            self._executor = None
+
     def close(self) -> None:
         if self._closed:
             return
         self._cancel()
         self._start_at(self._stop)
-        if self._executor is not None:
-            _shutdown(self._executor)
+        self._release_threads()
         super().close()
 
 
@@ -199,7 +208,7 @@ def _index_owner(iterator: DatasetIterator[Any]) -> _PrefetchIterator:
     """The ``to_iter_dataset`` iterator at the root of a chain of single parents."""
     node: Any = iterator
     while not isinstance(node, _PrefetchIterator):
-        parents = getattr(node, "_parents", ())
+        parents: Any = getattr(node, "_parents", ())
         if len(parents) != 1:
             raise ValueError(
                 f"{type(iterator).__name__} does not read a MapDataset through a single "

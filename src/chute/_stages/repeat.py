@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
 from chute._core.validate import check_int
 
 
@@ -26,7 +25,13 @@ class RepeatMapDataset(MapDataset[Any]):
     reads the parent's first epoch again.
     """
 
-    def __init__(self, parent: MapDataset[Any], num_epochs: int | None = None, *, reseed_each_epoch: bool = True) -> None:
+    def __init__(
+        self,
+        parent: MapDataset[Any],
+        num_epochs: int | None = None,
+        *,
+        reseed_each_epoch: bool = True,
+    ) -> None:
         super().__init__(parent)
         self._epochs = _check_epochs(num_epochs, "MapDataset.repeat()")
         if len(parent) == 0 and self._epochs is None:
@@ -38,7 +43,7 @@ class RepeatMapDataset(MapDataset[Any]):
             return sys.maxsize
         return len(self._parent) * self._epochs
 
-    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+    def _getitems(self, indices: Indices) -> list[Any]:
         if self._reseed:
             return self._parent._getitems(indices)
         n = len(self._parent)

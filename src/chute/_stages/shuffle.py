@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from chute._core.dataset import MapDataset
+from chute._core.dataset import Indices, MapDataset
 from chute._core.index_shuffle import index_shuffle_array
 from chute._core.seeding import MAX_SEED, resolve_seed
 
 
-def shuffled_indices(indices: Sequence[int], length: int, seed: int) -> np.ndarray:
+def shuffled_indices(indices: Indices, length: int, seed: int) -> np.ndarray:
     """Maps global indices through the per-epoch permutation of ``length`` items.
 
     Index ``i`` is in epoch ``i // length``; each epoch permutes with seed
@@ -42,7 +41,7 @@ class ShuffleMapDataset(MapDataset[Any]):
     def __len__(self) -> int:
         return len(self._parent)
 
-    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+    def _getitems(self, indices: Indices) -> list[Any]:
         n = len(self._parent)
         if n == 0:
             raise IndexError("cannot read from an empty dataset.")

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._core.dataset import MapDataset
+from chute._core.dataset import Indices, MapDataset
 
 
 class SliceMapDataset(MapDataset[Any]):
@@ -22,11 +22,15 @@ class SliceMapDataset(MapDataset[Any]):
         super().__init__(parent)
         n = len(parent)
         if isinstance(sl, builtins.slice):
-            self._positions: Sequence[int] = builtins.range(n)[sl]
+            self._positions: builtins.range | np.ndarray = builtins.range(n)[sl]
         elif isinstance(sl, (Sequence, np.ndarray)) and not isinstance(sl, (str, bytes)):
             positions = np.asarray(sl)
-            if positions.ndim != 1 or (positions.size and not np.issubdtype(positions.dtype, np.integer)):
-                raise TypeError(f"MapDataset.slice() takes a slice or a sequence of ints (got {sl!r}).")
+            if positions.ndim != 1 or (
+                positions.size and not np.issubdtype(positions.dtype, np.integer)
+            ):
+                raise TypeError(
+                    f"MapDataset.slice() takes a slice or a sequence of ints (got {sl!r})."
+                )
             bad = positions[(positions < -n) | (positions >= n)]
             if bad.size:
                 raise IndexError(
@@ -39,12 +43,14 @@ class SliceMapDataset(MapDataset[Any]):
                 f"MapDataset.slice() takes a slice or a sequence of ints (got {sl!r} that is "
                 f"a {type(sl).__name__})."
             )
-        self._desc = repr(sl) if isinstance(sl, builtins.slice) else f"{len(self._positions)} indices"
+        self._desc = (
+            repr(sl) if isinstance(sl, builtins.slice) else f"{len(self._positions)} indices"
+        )
 
     def __len__(self) -> int:
         return len(self._positions)
 
-    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+    def _getitems(self, indices: Indices) -> list[Any]:
         length = len(self._positions)
         if length == 0:
             raise IndexError("cannot read from an empty slice.")

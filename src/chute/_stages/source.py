@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from chute._core import errors
-from chute._core.dataset import MapDataset
+from chute._core.dataset import Indices, MapDataset
 from chute._core.validate import check_int
 
 
@@ -30,7 +29,7 @@ class SourceMapDataset(MapDataset[Any]):
     def __len__(self) -> int:
         return self._length
 
-    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+    def _getitems(self, indices: Indices) -> list[Any]:
         n = self._length
         if n == 0:
             raise IndexError("cannot read from an empty source.")
@@ -70,7 +69,7 @@ class RangeMapDataset(MapDataset[int]):
     def __len__(self) -> int:
         return len(self._range)
 
-    def _getitems(self, indices: Sequence[int]) -> list[int]:
+    def _getitems(self, indices: Indices) -> list[int]:
         r, n = self._range, len(self._range)
         if n == 0:
             raise IndexError("cannot read from an empty range.")
