@@ -9,7 +9,8 @@ from chute import ReadOptions
 # Every way to_iter_dataset can run: inline, and on threads.
 READ_MODES = {
     "inline": ReadOptions(num_threads=0, prefetch_buffer_size=0),
-    "threads": ReadOptions(num_threads=4, prefetch_buffer_size=16),
+    "threads": ReadOptions(num_threads=4, prefetch_buffer_size=16, autotune=False),
+    "tuned": ReadOptions(num_threads=4, prefetch_buffer_size=16),
 }
 
 

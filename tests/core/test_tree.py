@@ -53,7 +53,11 @@ def test_none_is_an_empty_container() -> None:
 
 elements = st.lists(
     st.fixed_dictionaries(
-        {"i": st.integers(-1000, 1000), "f": st.floats(allow_nan=False), "s": st.text(max_size=5)}
+        {
+            "i": st.integers(-1000, 1000),
+            "f": st.floats(allow_nan=False),
+            "s": st.text(st.characters(blacklist_characters="\x00"), max_size=5),
+        }
     ),
     min_size=1,
     max_size=20,

@@ -117,7 +117,7 @@ def test_bad_read_options() -> None:
 def test_close_stops_threads_and_next_raises_clearly() -> None:
     it = iter(
         MapDataset.range(10_000).to_iter_dataset(
-            ReadOptions(num_threads=3, prefetch_buffer_size=64)
+            ReadOptions(num_threads=3, prefetch_buffer_size=64, autotune=False)
         )
     )
     next(it)
@@ -134,7 +134,7 @@ def test_close_stops_threads_and_next_raises_clearly() -> None:
 def test_garbage_collected_iterators_release_their_threads() -> None:
     it = iter(
         MapDataset.range(10_000).to_iter_dataset(
-            ReadOptions(num_threads=2, prefetch_buffer_size=64)
+            ReadOptions(num_threads=2, prefetch_buffer_size=64, autotune=False)
         )
     )
     next(it)
@@ -148,7 +148,11 @@ def test_garbage_collected_iterators_release_their_threads() -> None:
 
 
 def test_exhausted_iterators_release_their_threads() -> None:
-    it = iter(MapDataset.range(100).to_iter_dataset(ReadOptions(num_threads=2, prefetch_buffer_size=8)))
+    it = iter(
+        MapDataset.range(100).to_iter_dataset(
+            ReadOptions(num_threads=2, prefetch_buffer_size=8, autotune=False)
+        )
+    )
     next(it)
     threads = _reader_threads(it)
     assert list(it) == list(range(1, 100))
@@ -171,3 +175,32 @@ def test_checkpoints_restore_exactly(read_options: ReadOptions) -> None:
         MapDataset.range(64).seed(1).shuffle().filter(lambda x: x % 5).to_iter_dataset(read_options)
     )
     assert_equal_output_after_checkpoint(ds)
+
+
+def test_tuner_climbs_to_threads_when_the_consumer_waits_elsewhere() -> None:
+    from chute._execution.tuning import ReadAheadTuner
+
+    tuner = ReadAheadTuner([0, 1, 2])
+    rates = {0: 100.0, 1: 180.0, 2: 181.0}  # elements/s the consumer would see
+    clock = [0.0]
+
+    def window() -> None:
+        clock[0] += 0.06
+        tuner._window_start = clock[0] - 0.06
+        tuner._count = 0
+        tuner.consumed(int(rates[tuner.level] * 0.06))
+
+    for _ in range(5):
+        window()
+    assert tuner.level == 1  # 2 is not worth it: under 5% better than 1
+
+
+def test_tuner_stays_inline_when_threads_do_not_help() -> None:
+    from chute._execution.tuning import ReadAheadTuner
+
+    tuner = ReadAheadTuner([0, 1, 2])
+    for _ in range(5):
+        tuner._window_start -= 0.06
+        tuner._count = 0
+        tuner.consumed(6)  # the same rate at every level
+    assert tuner.level == 0

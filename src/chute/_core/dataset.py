@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import copy
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -34,7 +34,7 @@ S = TypeVar("S")
 STATE_VERSION = 1
 
 #: What ``_getitems`` takes: non-negative ints, possibly past ``len`` (later epochs).
-Indices = Union[Sequence[int], np.ndarray]
+Indices = Sequence[int] | np.ndarray
 
 
 def _as_tuple(parents: Any) -> tuple[Any, ...]:

@@ -12,14 +12,21 @@ class ReadOptions:
     """How ``to_iter_dataset`` reads its MapDataset.
 
     Attributes:
-      num_threads: threads reading chunks of elements ahead of the consumer
-        (0 reads inline, on the calling thread).
+      num_threads: at most this many threads read chunks of elements ahead of
+        the consumer (0 reads inline, on the calling thread).
       prefetch_buffer_size: how many elements may be read ahead in total.
+      autotune: chute's addition.  When true (the default) chute measures the
+        consumer's throughput and uses as many of the ``num_threads`` threads
+        as help, possibly none: on a few cores, threads slow down pipelines of
+        Python work.  When false, ``num_threads`` chunks are always read ahead.
     """
 
     num_threads: int = 16
     prefetch_buffer_size: int = 500
+    autotune: bool = True
 
     def __post_init__(self) -> None:
         check_int(self.num_threads, "ReadOptions: num_threads", minimum=0)
         check_int(self.prefetch_buffer_size, "ReadOptions: prefetch_buffer_size", minimum=0)
+        if not isinstance(self.autotune, bool):
+            raise TypeError(f"ReadOptions: autotune must be a bool (got {self.autotune!r}).")

@@ -90,8 +90,22 @@ def _stack_leaves(leaves: list[Any]) -> Any:
     return np.asarray(leaves)
 
 
+_LEAF_TYPES = (np.ndarray, int, float, str, bytes, bool, np.generic)
+
+
 def _stack(elements: list[Any]) -> Any:
     first = elements[0]
+    kinds = set(map(type, elements))
+    if len(kinds) == 1:
+        kind = kinds.pop()
+        if kind is dict:
+            keys = first.keys()
+            for pos, e in enumerate(elements):
+                if e.keys() != keys:
+                    raise _mismatch(first, e, pos)
+            return {k: _stack([e[k] for e in elements]) for k in keys}
+        if kind in _LEAF_TYPES or issubclass(kind, np.generic):
+            return _stack_leaves(elements)
     if first is None:
         for pos, e in enumerate(elements):
             if e is not None:

@@ -1,10 +1,12 @@
 """``MapDataset.to_iter_dataset``: reads a MapDataset in order, in chunks.
 
-Indices are read in chunks through the batched ``_getitems`` path, inline or
-on a thread pool (``ReadOptions``).  Chunk sizes adapt so that one chunk takes
-about a millisecond of work: cheap elements travel hundreds at a time, heavy
-ones a few at a time.  Results are always consumed in index order, so the
-output never depends on timing.
+Indices are read in chunks through the batched ``_getitems`` path.  Chunk
+sizes adapt so that one chunk takes about two milliseconds of work: cheap
+elements travel hundreds at a time, heavy ones a few at a time.  Chunks are
+read inline or ahead on up to ``ReadOptions.num_threads`` threads, at the
+read-ahead level that gives the consumer the most elements per second
+(``chute._execution.tuning``).  Results are always consumed in index order,
+so the output never depends on timing.
 
 When a chunk raises, its elements are read again one by one: the ones that
 work are returned in order, and each failing one raises its own exception
@@ -23,6 +25,7 @@ import numpy as np
 
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.options import ReadOptions
+from chute._execution.tuning import ReadAheadTuner, levels_for
 
 _TARGET_CHUNK_SECONDS = 0.002
 _MAX_CHUNK = 1024
@@ -76,11 +79,14 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._buffer_size = max(1, options.prefetch_buffer_size)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._chunk = 1
+        levels = levels_for(self._threads) if options.autotune else [self._threads]
+        self._tuner = ReadAheadTuner(levels)
         self._start_at(0)
 
     def _start_at(self, index: int) -> None:
         self._items: list[Any] = []  # current chunk, reversed, popped from the end
         self._stop = index  # index just past the current chunk
+        self._chunk_start = index
         self._read_index = index  # next index to schedule
         self._pending: collections.deque[tuple[int, int, Any]] = collections.deque()
         self._failures: dict[int, BaseException] = {}
@@ -110,6 +116,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
             if not self._pending:
                 self._release_threads()
                 raise StopIteration
+        self._tuner.consumed(self._stop - self._chunk_start)
         start, stop, future = self._pending.popleft()
         try:
             if future is None:
@@ -120,15 +127,15 @@ class _PrefetchIterator(DatasetIterator[Any]):
         except Exception:
             items = self._read_one_by_one(start, stop)
         items.reverse()
-        self._items, self._stop = items, stop
-        if self._executor is not None:
-            self._schedule()
+        self._items, self._chunk_start, self._stop = items, start, stop
+        self._schedule()
         return items
 
     def _schedule(self) -> None:
-        """Queues chunks: one inline, or enough to fill the prefetch buffer on threads."""
-        if not self._threads:
-            if self._read_index < self._length:
+        """Queues chunks: inline, or up to the tuned level ahead on threads."""
+        level = self._tuner.level
+        if not level:
+            if not self._pending and self._read_index < self._length:
                 stop = min(self._read_index + self._chunk, self._length)
                 self._pending.append((self._read_index, stop, None))
                 self._read_index = stop
@@ -139,13 +146,12 @@ class _PrefetchIterator(DatasetIterator[Any]):
             )
             weakref.finalize(self, _shutdown, self._executor)
         in_flight = sum(stop - start for start, stop, _ in self._pending)
-        max_chunks = 2 * self._threads
         while (
             self._read_index < self._length
-            and len(self._pending) < max_chunks
+            and len(self._pending) < level
             and (in_flight < self._buffer_size or not self._pending)
         ):
-            size = max(1, min(self._chunk, self._buffer_size // self._threads or 1))
+            size = max(1, min(self._chunk, self._buffer_size // level))
             stop = min(self._read_index + size, self._length)
             future = self._executor.submit(_read, self._ds, self._read_index, stop)
             self._pending.append((self._read_index, stop, future))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import builtins
+import functools
+import operator
 from typing import Any
 
 import numpy as np
@@ -10,6 +12,13 @@ import numpy as np
 from chute._core import errors
 from chute._core.dataset import Indices, MapDataset
 from chute._core.validate import check_int
+
+
+def _pick(seq: list[Any] | tuple[Any, ...], indices: list[int]) -> list[Any]:
+    """Reads many items of a list in one C-level call."""
+    if len(indices) == 1:
+        return [seq[indices[0]]]
+    return list(operator.itemgetter(*indices)(seq))
 
 
 class SourceMapDataset(MapDataset[Any]):
@@ -24,7 +33,10 @@ class SourceMapDataset(MapDataset[Any]):
             )
         self._source = source
         self._length = len(source)
+        self._label = f"source {type(source).__name__}"
         self._read_many = getattr(source, "__getitems__", None)
+        if self._read_many is None and isinstance(source, (list, tuple)):
+            self._read_many = functools.partial(_pick, source)
 
     def __len__(self) -> int:
         return self._length
@@ -34,19 +46,22 @@ class SourceMapDataset(MapDataset[Any]):
         if n == 0:
             raise IndexError("cannot read from an empty source.")
         wrapped = (np.asarray(indices, dtype=np.int64) % n).tolist()
-        try:
-            if self._read_many is not None:
+        if self._read_many is not None:
+            try:
                 return list(self._read_many(wrapped))
-            source = self._source
-            out: list[Any] = []
-            append = out.append
+            except Exception as exc:
+                errors.annotate(exc, self._label, wrapped[0] if len(wrapped) == 1 else None)
+                raise
+        source = self._source
+        out: list[Any] = []
+        append = out.append
+        try:
             for i in wrapped:
                 append(source[i])
-            return out
         except Exception as exc:
-            where = wrapped[len(out)] if self._read_many is None else None
-            errors.annotate(exc, f"source {type(self._source).__name__}", where)
+            errors.annotate(exc, self._label, wrapped[len(out)])
             raise
+        return out
 
     def _describe(self) -> str:
         return f"{type(self._source).__name__}, len={self._length}"

@@ -1,0 +1,1 @@
+"""Execution machinery, kept apart from stage logic: read-ahead tuning, threads."""
