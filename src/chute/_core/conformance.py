@@ -4,8 +4,9 @@
 state before every element, then for every saved state checks that a fresh
 iterator restored there yields exactly the rest of the reference output, that
 each state survives a JSON round trip, and that the state's shape (its keys)
-never changes.  It also restores an already-used iterator and checks that a
-state saved at the end restores to the end.
+never changes.  It also restores an already-used iterator, checks that a state
+saved at the end restores to the end, and runs the same checks over two epochs
+of the dataset, so restores at an epoch's end and into the next are covered.
 """
 
 from __future__ import annotations
@@ -46,7 +47,11 @@ def _run(iterator: Any, limit: int | None) -> tuple[list[Any], list[dict[str, An
 
 
 def assert_equal_output_after_checkpoint(
-    ds: Iterable[Any], *, max_steps: int | None = 200, restore_points: int | None = None
+    ds: Iterable[Any],
+    *,
+    max_steps: int | None = 200,
+    restore_points: int | None = None,
+    epochs: int = 2,
 ) -> None:
     """Asserts that restoring ``ds``'s iterator anywhere reproduces its output.
 
@@ -54,10 +59,25 @@ def assert_equal_output_after_checkpoint(
       ds: a MapDataset or IterDataset.
       max_steps: elements to check (``None``: the whole dataset).
       restore_points: how many saved states to restore from (``None``: all).
+      epochs: also check ``RepeatIterDataset(ds, epochs)`` when above 1.
 
     Raises:
       AssertionError: naming the step where the restored output differs.
+
+    >>> from chute import MapDataset
+    >>> assert_equal_output_after_checkpoint(MapDataset.range(6).shuffle(seed=1).batch(4))
     """
+    _check(ds, max_steps, restore_points)
+    if epochs > 1:
+        from chute._core.dataset import MapDataset
+        from chute._stages.repeat import RepeatIterDataset
+
+        iter_ds = ds.to_iter_dataset() if isinstance(ds, MapDataset) else ds
+        steps = None if max_steps is None else max_steps * epochs
+        _check(RepeatIterDataset(iter_ds, epochs), steps, restore_points)
+
+
+def _check(ds: Iterable[Any], max_steps: int | None, restore_points: int | None) -> None:
     it: Any = iter(ds)
     expected, states = _run(it, max_steps)
     shape = _shape(states[0])
