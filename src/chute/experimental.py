@@ -11,6 +11,7 @@ from chute._stages.batch import batch_and_pad
 from chute._stages.error_budget import ErrorBudgetIterDataset, skip_errors
 from chute._stages.flat_map import FlatMapIterDataset, FlatMapMapDataset
 from chute._stages.limit import LimitIterDataset
+from chute._stages.mix import DatasetSelectionMap
 from chute._stages.prefetch import get_next_index, set_next_index
 from chute._stages.rebatch import RebatchIterDataset
 from chute._stages.repeat import RepeatIterDataset
@@ -18,6 +19,7 @@ from chute._stages.window_shuffle import WindowShuffleIterDataset, WindowShuffle
 from chute._stages.zip import ZipIterDataset, ZipMapDataset
 
 __all__ = [
+    "DatasetSelectionMap",
     "ErrorBudgetIterDataset",
     "FlatMapIterDataset",
     "FlatMapMapDataset",

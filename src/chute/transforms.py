@@ -6,5 +6,6 @@ Also available under Grain's legacy names at the top level of ``chute``
 """
 
 from chute._core.transforms import Batch, Filter, FlatMap, Map, MapWithIndex, RandomMap
+from chute._stages.mix import DatasetSelectionMap
 
-__all__ = ["Batch", "Filter", "FlatMap", "Map", "MapWithIndex", "RandomMap"]
+__all__ = ["Batch", "DatasetSelectionMap", "Filter", "FlatMap", "Map", "MapWithIndex", "RandomMap"]

@@ -297,7 +297,7 @@ class IterDataset(_Node, Generic[T], metaclass=_CheckedInit):
         weights: Sequence[float] | Mapping[str, float] | None = None,
     ) -> IterDataset[Any]:
         """Interleaves datasets in proportion to ``weights``."""
-        return _s.mix.MixedIterDataset(datasets, weights)
+        return _s.mix_iter.MixedIterDataset(datasets, weights)
 
     def batch(
         self,

@@ -8,6 +8,7 @@ from chute._stages import (  # noqa: F401
     limit,
     map,
     mix,
+    mix_iter,
     prefetch,
     rebatch,
     repeat,

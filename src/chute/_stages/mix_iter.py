@@ -1,0 +1,137 @@
+"""``IterDataset.mix``: interleaves iterable datasets in Grain's mix order.
+
+The order of turns is the one ``MapDataset.mix`` uses (``chute._stages.mix``);
+the mix stops at the first turn whose dataset has run out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from chute._core import errors
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._stages.mix import _check_parents, _check_weights, _proportions, _select
+
+_BLOCK = 512  # turns an iterator works out at a time
+
+
+def _iter_inputs(datasets: Any, weights: Any, where: str) -> tuple[list[str] | None, Any, Any]:
+    """(state keys or None, parents, weights in parent order) for ``IterDataset.mix``."""
+    if not isinstance(datasets, Mapping):
+        if isinstance(weights, Mapping):
+            raise TypeError(f"{where}: weights can be a mapping only when datasets is one too.")
+        return None, _check_parents(datasets, (IterDataset, MapDataset), where), weights
+    if not datasets:
+        raise ValueError(f"{where} needs at least one dataset (got an empty mapping).")
+    keys = [str(key) for key in datasets]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"{where}: dataset names must differ as strings (got {list(datasets)}).")
+    if isinstance(weights, Mapping):
+        if set(weights) != set(datasets):
+            raise ValueError(
+                f"{where}: weights must have the same keys as datasets "
+                f"(datasets: {sorted(keys)}, weights: {sorted(map(str, weights))})."
+            )
+        weights = [weights[key] for key in datasets]
+    parents = _check_parents(list(datasets.values()), (IterDataset, MapDataset), where)
+    return keys, parents, weights
+
+
+class MixedIterDataset(IterDataset[Any]):
+    """Interleaves iterable datasets in Grain's mix order; stops when one runs out.
+
+    ``datasets`` may be a list or a ``name -> dataset`` mapping; with a mapping,
+    ``weights`` may be a mapping with the same names, and a checkpoint restores
+    each dataset by name (one missing from it starts from its beginning).  Named
+    weights are paired with datasets by name; Grain pairs them by position, so
+    the two differ only when the two mappings list their names in other orders.
+
+    >>> a = MapDataset.range(5).to_iter_dataset()
+    >>> b = MapDataset.range(10, 13).to_iter_dataset()
+    >>> list(IterDataset.mix([a, b]))
+    [0, 10, 1, 11, 2, 12, 3]
+    """
+
+    def __init__(self, datasets: Any, weights: Any = None) -> None:
+        where = "IterDataset.mix()"
+        keys, parents, weights = _iter_inputs(datasets, weights, where)
+        super().__init__(parents)
+        self._keys = keys
+        self._props = _proportions(_check_weights(weights, len(parents), where), where)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _MixIterator(self)
+
+    def _describe(self) -> str:
+        names = f"{self._keys}, " if self._keys is not None else ""
+        return f"{names}{len(self._parents)} datasets, proportions={list(self._props)}"
+
+
+class _MixIterator(DatasetIterator[Any]):
+    _stage = "mix"
+
+    def __init__(self, ds: MixedIterDataset) -> None:
+        super().__init__([iter(parent) for parent in ds._parents])
+        self._ds = ds
+        self._index = 0  # selections made so far
+        self._stop = False
+        self._block_start, self._block = 0, np.empty(0, dtype=np.int64)
+
+    def _turn(self, index: int) -> int:
+        """The dataset that yields mix element ``index``."""
+        offset = index - self._block_start
+        if not 0 <= offset < len(self._block):
+            self._block_start, offset = index, 0
+            indices = np.arange(index, index + _BLOCK, dtype=np.int64)
+            self._block = _select(self._ds._props, indices)[0]
+        return int(self._block[offset])
+
+    def __next__(self) -> Any:
+        if self._stop:
+            raise StopIteration
+        parent = self._parents[self._turn(self._index)]
+        self._index += 1
+        try:
+            return next(parent)
+        except StopIteration:
+            self._stop = True
+            raise
+
+    def get_state(self) -> dict[str, Any]:
+        states = [parent.get_state() for parent in self._parents]
+        keys = self._ds._keys
+        parents = states if keys is None else dict(zip(keys, states))
+        return self._state(parents=parents, index=self._index, stop=self._stop)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "parents", "index", "stop")
+        saved, keys = state["parents"], self._ds._keys
+        if keys is None:
+            if not isinstance(saved, list) or len(saved) != len(self._parents):
+                raise errors.CheckpointError(
+                    f"mix.set_state(): the state holds {len(saved)} dataset states but this "
+                    f"mix has {len(self._parents)} datasets; build the mix that saved it."
+                )
+        elif not isinstance(saved, Mapping):
+            raise errors.CheckpointError(
+                "mix.set_state(): this mix's datasets are named; "
+                "its state must map names to states."
+            )
+        else:  # by name: a dataset the checkpoint does not know starts from scratch
+            saved = [saved.get(key) for key in keys]
+        for k, parent_state in enumerate(saved):
+            if parent_state is None:
+                self._restart(k)
+            else:
+                self._parents[k].set_state(parent_state)
+        self._index, self._stop = int(state["index"]), bool(state["stop"])
+
+    def _restart(self, k: int) -> None:
+        old = self._parents[k]
+        parents = list(self._parents)
+        parents[k] = iter(self._ds._parents[k])
+        self._parents = tuple(parents)
+        old.close()
