@@ -27,6 +27,7 @@ def test_top_level_names() -> None:
 def test_transforms_names() -> None:
     assert chute.transforms.__all__ == [
         "Batch",
+        "DatasetSelectionMap",
         "Filter",
         "FlatMap",
         "Map",
@@ -39,6 +40,7 @@ def test_transforms_names() -> None:
 
 def test_experimental_names() -> None:
     expected = {
+        "DatasetSelectionMap",
         "FlatMapIterDataset",
         "FlatMapMapDataset",
         "FlatMapTransform",
