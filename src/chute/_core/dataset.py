@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import abc
 import copy
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
 import numpy as np
 
-from chute._core import errors
+from chute._core.iterator import STATE_VERSION, DatasetIterator, _as_tuple, _CheckedInit
+
+__all__ = ["STATE_VERSION", "DatasetIterator", "Indices", "IterDataset", "MapDataset"]
 from chute._core.seeding import check_seed
 from chute._core.transforms import Batch, Filter, FlatMap, Map, MapWithIndex, RandomMap
 
@@ -31,29 +33,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 S = TypeVar("S")
 
-STATE_VERSION = 1
-
 #: What ``_getitems`` takes: non-negative ints, possibly past ``len`` (later epochs).
 Indices = Sequence[int] | np.ndarray
-
-
-def _as_tuple(parents: Any) -> tuple[Any, ...]:
-    if isinstance(parents, (MapDataset, IterDataset, DatasetIterator)):
-        return (parents,)
-    return tuple(parents)
-
-
-class _CheckedInit(abc.ABCMeta):
-    """Catches a subclass ``__init__`` that forgot ``super().__init__()``."""
-
-    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        obj = super().__call__(*args, **kwargs)
-        if "_parents" not in obj.__dict__:
-            raise TypeError(
-                f"{cls.__name__}.__init__ must call super().__init__(parents) "
-                "(chute's base class keeps the pipeline's structure there)."
-            )
-        return obj
 
 
 class _Node:
@@ -328,97 +309,6 @@ class IterDataset(_Node, Generic[T], metaclass=_CheckedInit):
     ) -> IterDataset[S]:
         """Applies ``transform(element, rng)`` with a per-element reproducible RNG."""
         return _s.map.RandomMapIterDataset(self, transform, seed=seed)
-
-
-class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
-    """A checkpointable iterator: ``__next__``, ``get_state``, ``set_state``.
-
-    ``get_state()`` returns a small JSON-serialisable dict of positions with a
-    ``"version"``; ``set_state()`` on a fresh iterator of the same pipeline
-    resumes exactly there.  ``close()`` releases threads and processes.
-    """
-
-    _parents: tuple[DatasetIterator[Any], ...]
-    _closed: bool = False
-
-    def __init__(self, parents: DatasetIterator[Any] | Sequence[DatasetIterator[Any]] = ()) -> None:
-        self._parents = _as_tuple(parents)
-
-    @property
-    def _parent(self) -> DatasetIterator[Any]:
-        if len(self._parents) != 1:
-            raise AttributeError(f"{type(self).__name__} has {len(self._parents)} parents, not 1.")
-        return self._parents[0]
-
-    def __iter__(self) -> DatasetIterator[T]:
-        return self
-
-    @abc.abstractmethod
-    def __next__(self) -> T:
-        """The next element; ``StopIteration`` at the end."""
-
-    @abc.abstractmethod
-    def get_state(self) -> dict[str, Any]:
-        """The iterator's position as a small JSON-serialisable dict."""
-
-    @abc.abstractmethod
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Moves the iterator to a position returned by ``get_state()``."""
-
-    def close(self) -> None:
-        """Releases threads and processes, here and in every parent iterator."""
-        self._closed = True
-        for parent in self._parents:
-            close = getattr(parent, "close", None)
-            if close is not None:
-                close()
-
-    def __enter__(self) -> DatasetIterator[T]:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    # -- helpers for chute's own stages ----------------------------------------------
-
-    _stage: str = ""
-
-    def _stage_name(self) -> str:
-        return self._stage or type(self).__name__
-
-    def _state(self, **fields: Any) -> dict[str, Any]:
-        return {"version": STATE_VERSION, "stage": self._stage_name(), **fields}
-
-    def _check_state(self, state: Any, *keys: str) -> dict[str, Any]:
-        """Validates a state for this iterator and returns it."""
-        name = self._stage_name()
-        if not isinstance(state, Mapping):
-            raise errors.CheckpointError(
-                f"{name}.set_state() takes the dict returned by get_state() "
-                f"(got {type(state).__name__})."
-            )
-        version = state.get("version")
-        if version != STATE_VERSION:
-            raise errors.CheckpointError(
-                f"{name}.set_state(): state version {version!r} is not supported "
-                f"(this chute writes and reads version {STATE_VERSION})."
-            )
-        if state.get("stage") != name:
-            raise errors.CheckpointError(
-                f"cannot restore a {name} iterator from a state saved by a "
-                f"{state.get('stage')!r} stage: the checkpoint was written by a "
-                "different pipeline. Build the same pipeline that saved it."
-            )
-        missing = [k for k in keys if k not in state]
-        if missing:
-            raise errors.CheckpointError(f"{name}.set_state(): state lacks {missing}.")
-        return dict(state)
-
-    def _raise_closed(self) -> None:
-        raise errors.closed_error(f"{type(self).__name__}")
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__}>"
 
 
 # The stage modules subclass the classes above, so they are imported last.

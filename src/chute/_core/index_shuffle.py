@@ -30,25 +30,24 @@ def seed_seq_generate(seed: int, count: int) -> tuple[int, ...]:
     >>> seed_seq_generate(0, 2)
     (2061087650, 2269319357)
     """
-    values = [seed & _MASK32]
-    s, n = len(values), count
+    n = count
     out = [0x8B8B8B8B] * n
-    if n >= 623:
-        t = 11
-    elif n >= 68:
-        t = 7
-    elif n >= 39:
-        t = 5
-    elif n >= 7:
-        t = 3
-    else:
-        t = (n - 1) // 2
+    t = 11 if n >= 623 else 7 if n >= 68 else 5 if n >= 39 else 3 if n >= 7 else (n - 1) // 2
     p = (n - t) // 2
-    q = p + t
-    m = max(s + 1, n)
-    for k in range(m):
-        mixed = out[k % n] ^ out[(k + p) % n] ^ out[(k - 1) % n]
-        r1 = (1664525 * (mixed ^ (mixed >> 27))) & _MASK32
+    _mix_in(out, [seed & _MASK32], p, p + t)
+    _scramble(out, max(2, n), p, p + t)
+    return tuple(out)
+
+
+def _tempered(x: int) -> int:
+    return x ^ (x >> 27)
+
+
+def _mix_in(out: list[int], values: list[int], p: int, q: int) -> None:
+    """The first loop of seed_seq.generate: mixes the input values in."""
+    n, s = len(out), len(values)
+    for k in range(max(s + 1, n)):
+        r1 = (1664525 * _tempered(out[k % n] ^ out[(k + p) % n] ^ out[(k - 1) % n])) & _MASK32
         if k == 0:
             r2 = r1 + s
         elif k <= s:
@@ -59,14 +58,18 @@ def seed_seq_generate(seed: int, count: int) -> tuple[int, ...]:
         out[(k + p) % n] = (out[(k + p) % n] + r1) & _MASK32
         out[(k + q) % n] = (out[(k + q) % n] + r2) & _MASK32
         out[k % n] = r2
+
+
+def _scramble(out: list[int], m: int, p: int, q: int) -> None:
+    """The second loop of seed_seq.generate: one more pass of scrambling."""
+    n = len(out)
     for k in range(m, m + n):
         summed = (out[k % n] + out[(k + p) % n] + out[(k - 1) % n]) & _MASK32
-        r3 = (1566083941 * (summed ^ (summed >> 27))) & _MASK32
+        r3 = (1566083941 * _tempered(summed)) & _MASK32
         r4 = (r3 - k % n) & _MASK32
         out[(k + p) % n] ^= r3
         out[(k + q) % n] ^= r4
         out[k % n] = r4
-    return tuple(out)
 
 
 def _check_args(max_index: int, seed: int, rounds: int) -> None:
