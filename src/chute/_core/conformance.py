@@ -72,7 +72,7 @@ def assert_equal_output_after_checkpoint(
         from chute._core.dataset import MapDataset
         from chute._stages.repeat import RepeatIterDataset
 
-        iter_ds = ds.to_iter_dataset() if isinstance(ds, MapDataset) else ds
+        iter_ds: Any = ds.to_iter_dataset() if isinstance(ds, MapDataset) else ds
         steps = None if max_steps is None else max_steps * epochs
         _check(RepeatIterDataset(iter_ds, epochs), steps, restore_points)
 

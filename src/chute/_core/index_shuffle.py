@@ -105,23 +105,45 @@ def _keys(seed: int, rounds: int, half: int) -> tuple[np.uint64, ...]:
     return tuple(np.uint64(k & ((1 << half) - 1)) for k in seed_seq_generate(seed, rounds))
 
 
+def _rotl8(x: np.ndarray, r: int) -> np.ndarray:
+    return ((x << r) | (x >> (8 - r))) & 0xFF
+
+
+_BYTES = np.arange(256, dtype=np.uint16)
+# The round function on 8-bit halves, as a table (rotating 8 bits by 8 is a no-op).
+_ROUND8 = ((_rotl8(_BYTES, 1) & _BYTES) ^ _rotl8(_BYTES, 2)).astype(np.uint8)
+_BLOCK16 = np.arange(1 << 16)
+_HIGH16, _LOW16 = (_BLOCK16 >> 8).astype(np.uint8), (_BLOCK16 & 0xFF).astype(np.uint8)
+
+
+def _encrypt_block16(seed: int, rounds: int) -> np.ndarray:
+    """The cipher applied to all 65536 values of the 16-bit block, by table lookups."""
+    keys = [np.uint8(k & 0xFF) for k in seed_seq_generate(seed, rounds)]
+    left, right = _HIGH16.copy(), _LOW16.copy()
+    for k1, k2 in zip(keys[::2], keys[1::2]):
+        left ^= _ROUND8[right]
+        left ^= k1
+        right ^= _ROUND8[left]
+        right ^= k2
+    return (left.astype(np.int64) << 8) | right
+
+
 @functools.lru_cache(maxsize=16)
 def _small_table(max_index: int, seed: int, rounds: int) -> np.ndarray:
-    """The walked permutation of ``[0, max_index]`` for a 16-bit block.
+    """The walked permutation of ``[0, max_index]`` for a 16-bit block (read-only).
 
     A 16-bit block over a small range would need thousands of cycle-walking
-    steps per index; instead, encrypt all 65536 block values once and resolve
-    every walk together by pointer jumping (each pass doubles the distance
-    skipped over out-of-range values, so 17 passes suffice).
+    steps per index; instead, encrypt all 65536 block values at once and
+    resolve every walk together by pointer jumping: each pass doubles the
+    distance skipped over out-of-range values, so a few passes suffice.
     """
-    jump = _encrypt(np.arange(1 << 16, dtype=np.uint64), 8, _keys(seed, rounds, 8)).astype(np.int64)
-    while True:
-        pending = np.flatnonzero(jump[: max_index + 1] > max_index)
-        if not pending.size:
-            break
-        outside = np.flatnonzero(jump > max_index)
-        jump[outside] = jump[jump[outside]]
-    table = jump[: max_index + 1].astype(np.uint64)
+    jump = _encrypt_block16(seed, rounds)
+    active = np.flatnonzero(jump > max_index)
+    while active.size and active[0] <= max_index:
+        jumped = jump[jump[active]]
+        jump[active] = jumped
+        active = active[jumped > max_index]
+    table = jump[: max_index + 1]
     table.flags.writeable = False
     return table
 
@@ -131,12 +153,12 @@ def index_shuffle_array(
 ) -> np.ndarray:
     """Permutes every index of ``indices`` (all in ``[0, max_index]``) at once.
 
-    Returns a ``uint64`` array of the same shape.
+    Returns an ``int64`` array of the same shape.
     """
     _check_args(max_index, seed, rounds)
     values = np.asarray(indices, dtype=np.uint64)
     if max_index == 0:
-        return np.zeros_like(values)
+        return np.zeros(values.shape, dtype=np.int64)
     bits = max(16, max_index.bit_length())
     bits += bits % 2
     if bits == 16:
@@ -150,7 +172,7 @@ def index_shuffle_array(
         walked = _encrypt(out[outside], half, keys)
         out[outside] = walked
         outside = outside[walked > limit]
-    return out.reshape(values.shape)
+    return out.reshape(values.shape).astype(np.int64)
 
 
 @overload

@@ -33,9 +33,9 @@ def _filters_upstream(ds: MapDataset[Any]) -> str | None:
     while stack:
         node = stack.pop()
         if isinstance(node, FilterMapDataset):
-            return "filter"
+            return "MapDataset.filter()"
         if isinstance(node, FlatMapMapDataset):
-            return "flat_map"
+            return "FlatMapMapDataset"
         stack.extend(p for p in node.parents if isinstance(p, MapDataset))
     return None
 
@@ -56,9 +56,9 @@ class BatchMapDataset(MapDataset[Any]):
         hole_maker = _filters_upstream(parent)
         if hole_maker is not None:
             raise ValueError(
-                f"MapDataset.batch() cannot follow MapDataset.{hole_maker}(), which leaves "
-                "gaps (None) in the dataset. Batch after to_iter_dataset() instead: "
-                f"ds.{hole_maker}(...).to_iter_dataset().batch(...)."
+                f"MapDataset.batch() cannot follow {hole_maker}, which leaves gaps (None) in "
+                "the dataset. Batch after to_iter_dataset() instead: "
+                "ds.<...>.to_iter_dataset().batch(...)."
             )
         self._batch_size, self._drop = int(batch_size), bool(drop_remainder)
 

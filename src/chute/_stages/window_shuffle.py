@@ -1,13 +1,202 @@
-"""Placeholder: filled in by its own change."""
+"""``WindowShuffleMapDataset`` and ``WindowShuffleIterDataset``: local shuffles.
+
+Both cut the stream into windows of ``window_size`` consecutive elements and
+permute each window with ``index_shuffle`` (4 rounds) seeded by ``seed + k``
+for window ``k``, as Grain does:
+
+* MapDataset: window ``k`` covers global indices ``[k*w, (k+1)*w)``; position
+  ``p`` in it reads parent index ``k*w + index_shuffle(p, w - 1, seed + k)``.
+  Grain lays this grid over all epochs at once, so when ``len % w != 0`` a
+  window straddles the end of an epoch and an epoch repeats some elements and
+  drops others.  chute cuts such a window at the epoch boundary and permutes
+  each part within itself (same seed, the part's own length): every epoch is a
+  true permutation, and every window that lies inside one epoch is Grain's.
+* IterDataset: window ``k`` is the next ``w`` parent elements (fewer at the
+  end); its ``t``-th output is element ``index_shuffle(L - 1 - t, L - 1,
+  seed + k)`` of the ``L`` elements pulled.  Checkpoints store positions and
+  refill the window from the parent on restore.
+
+Seeds wrap modulo ``2**32`` (Grain raises once ``seed + k`` reaches it), and
+a seed may also come from ``.seed()`` marks (Grain requires ``seed=``).
+"""
+
+from __future__ import annotations
 
 from typing import Any
 
-from chute._core.dataset import IterDataset, MapDataset
+import numpy as np
+
+from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
+from chute._core.index_shuffle import index_shuffle_array
+from chute._core.seeding import MAX_SEED, resolve_seed
+from chute._core.validate import check_positive_int
 
 
-class WindowShuffleIterDataset(IterDataset[Any]):
-    pass
+def window_permutation(length: int, seed: int) -> np.ndarray:
+    """``index_shuffle(p, length - 1, seed, 4)`` for every ``p < length``.
+
+    >>> window_permutation(4, 0).tolist()
+    [0, 3, 1, 2]
+    """
+    return index_shuffle_array(np.arange(length), length - 1, seed)
+
+
+def _check_window(window_size: Any, where: str) -> int:
+    return check_positive_int(window_size, f"{where}: window_size")
 
 
 class WindowShuffleMapDataset(MapDataset[Any]):
-    pass
+    """Shuffles within windows of ``window_size`` consecutive elements.
+
+    >>> from chute import MapDataset
+    >>> list(WindowShuffleMapDataset(MapDataset.range(8), window_size=4, seed=0))
+    [0, 3, 1, 2, 5, 6, 7, 4]
+    """
+
+    def __init__(
+        self, parent: MapDataset[Any], *, window_size: int, seed: int | None = None
+    ) -> None:
+        super().__init__(parent)
+        self._window = _check_window(window_size, "WindowShuffleMapDataset")
+        self._shuffle_seed = resolve_seed(self, seed, "WindowShuffleMapDataset")
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def _getitems(self, indices: Indices) -> list[Any]:
+        n, w = len(self._parent), self._window
+        if n == 0:
+            raise IndexError("cannot read from an empty dataset.")
+        if w == 1:
+            return self._parent._getitems(indices)
+        idx = np.asarray(indices, dtype=np.int64)
+        window = idx // w
+        epoch_start = idx - idx % n
+        # The part of the window that lies in this index's epoch.
+        start = np.maximum(window * w, epoch_start)
+        length = np.minimum(window * w - start + w, epoch_start - start + n)
+        pos = idx - start
+        out = np.empty_like(idx)
+        _, first, group = np.unique(start, return_index=True, return_inverse=True)
+        group = group.reshape(-1)
+        for g, f in enumerate(first.tolist()):
+            size, seed = int(length[f]), (self._shuffle_seed + int(window[f])) % MAX_SEED
+            sel = group == g
+            out[sel] = index_shuffle_array(pos[sel], size - 1, seed)
+        return self._parent._getitems(out + start)
+
+    def _describe(self) -> str:
+        return f"{self._parent!r}, window_size={self._window}, seed={self._shuffle_seed}"
+
+
+class WindowShuffleIterDataset(IterDataset[Any]):
+    """Pulls ``window_size`` elements at a time and yields them shuffled.
+
+    >>> from chute import MapDataset
+    >>> ds = MapDataset.range(10).to_iter_dataset()
+    >>> list(WindowShuffleIterDataset(ds, window_size=4, seed=0))
+    [2, 1, 3, 0, 4, 7, 6, 5, 9, 8]
+    """
+
+    def __init__(
+        self, parent: IterDataset[Any], *, window_size: int, seed: int | None = None
+    ) -> None:
+        super().__init__(parent)
+        self._window = _check_window(window_size, "WindowShuffleIterDataset")
+        self._shuffle_seed = resolve_seed(self, seed, "WindowShuffleIterDataset")
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _WindowShuffleIterator(iter(self._parent), self._window, self._shuffle_seed)
+
+    def _describe(self) -> str:
+        return f"{self._parent!r}, window_size={self._window}, seed={self._shuffle_seed}"
+
+
+class _WindowShuffleIterator(DatasetIterator[Any]):
+    """Holds one window; its state is where the window starts in the parent.
+
+    The state is the parent's state before the window's first pull, the
+    window's number, the pulls made for it (and which raised, so that a
+    restore replays them without losing or repeating elements) and how many of
+    its elements were yielded.
+    """
+
+    _stage = "window_shuffle"
+
+    def __init__(self, parent: DatasetIterator[Any], window: int, seed: int) -> None:
+        super().__init__(parent)
+        self._size, self._seed = window, seed
+        self._index = 0  # number of the current window
+        self._ended = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self._buffer: list[Any] = []
+        self._order: list[int] | None = None  # output order, set once the window is full
+        self._emitted = 0
+        self._pulls = 0
+        self._failed: list[int] = []
+        self._start: dict[str, Any] | None = None
+
+    def __next__(self) -> Any:
+        order = self._order if self._order is not None else self._fill()
+        if self._emitted >= len(order):
+            raise StopIteration
+        x = self._buffer[order[self._emitted]]
+        self._emitted += 1
+        if self._emitted == len(order):
+            self._index += 1
+            self._reset()
+        return x
+
+    def _fill(self) -> list[int]:
+        parent, buffer = self._parent, self._buffer
+        if not self._pulls:
+            self._start = parent.get_state()
+        while len(buffer) < self._size and not self._ended:
+            try:
+                x = next(parent)
+            except StopIteration:
+                self._ended = True
+                break
+            except Exception:
+                self._failed.append(self._pulls)
+                self._pulls += 1
+                raise
+            buffer.append(x)
+            self._pulls += 1
+        if not buffer:
+            self._reset()
+            self._order = []
+        else:
+            seed = (self._seed + self._index) % MAX_SEED
+            self._order = window_permutation(len(buffer), seed)[::-1].tolist()
+        return self._order
+
+    def get_state(self) -> dict[str, Any]:
+        parent = self._start if self._pulls else self._parent.get_state()
+        return self._state(
+            parent=parent,
+            window=self._index,
+            pulls=self._pulls,
+            failed=list(self._failed),
+            emitted=self._emitted,
+        )
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "parent", "window", "pulls", "failed", "emitted")
+        self._reset()
+        self._ended = False
+        self._parent.set_state(state["parent"])
+        self._index = int(state["window"])
+        failed = {int(k) for k in state["failed"]}
+        for k in range(int(state["pulls"])):
+            if k in failed:
+                try:
+                    next(self._parent)
+                except Exception:
+                    pass
+            else:
+                self._buffer.append(next(self._parent))
+        self._pulls, self._failed = int(state["pulls"]), sorted(failed)
+        self._start, self._emitted = state["parent"], int(state["emitted"])
