@@ -177,30 +177,54 @@ def test_checkpoints_restore_exactly(read_options: ReadOptions) -> None:
     assert_equal_output_after_checkpoint(ds)
 
 
-def test_tuner_climbs_to_threads_when_the_consumer_waits_elsewhere() -> None:
-    from chute._execution.tuning import ReadAheadTuner
+class _Clock:
+    """Drives a tuner through synthetic windows of measured consumption."""
 
-    tuner = ReadAheadTuner([0, 1, 2])
+    def __init__(self, levels: list[int]) -> None:
+        from chute._execution.tuning import ReadAheadTuner
+
+        self.tuner = ReadAheadTuner(levels)
+
+    def window(self, rate: float, read_share: float = 1.0, cpu_share: float = 1.0) -> None:
+        seconds = 0.06
+        self.tuner._window_start -= seconds
+        self.tuner._count = 0
+        read = seconds * read_share if self.tuner.level == 0 else 0.0
+        self.tuner.consumed(int(rate * seconds), read, read * cpu_share)
+
+
+def test_tuner_explores_when_the_consumer_works_between_calls() -> None:
+    clock = _Clock([0, 1, 2])
     rates = {0: 100.0, 1: 180.0, 2: 181.0}  # elements/s the consumer would see
-    clock = [0.0]
-
-    def window() -> None:
-        clock[0] += 0.06
-        tuner._window_start = clock[0] - 0.06
-        tuner._count = 0
-        tuner.consumed(int(rates[tuner.level] * 0.06))
-
-    for _ in range(5):
-        window()
-    assert tuner.level == 1  # 2 is not worth it: under 5% better than 1
+    for _ in range(4):
+        clock.window(rates[clock.tuner.level], read_share=0.3)  # 70% of the time outside next()
+    assert clock.tuner.level == 1  # 2 is not worth it: under 5% better than 1
 
 
-def test_tuner_stays_inline_when_threads_do_not_help() -> None:
-    from chute._execution.tuning import ReadAheadTuner
+def test_tuner_explores_when_reads_wait() -> None:
+    clock = _Clock([0, 1])
+    for _ in range(3):
+        clock.window({0: 100.0, 1: 300.0}[clock.tuner.level], cpu_share=0.2)  # I/O-bound reads
+    assert clock.tuner.level == 1
 
-    tuner = ReadAheadTuner([0, 1, 2])
-    for _ in range(5):
-        tuner._window_start -= 0.06
-        tuner._count = 0
-        tuner.consumed(6)  # the same rate at every level
-    assert tuner.level == 0
+
+def test_tuner_stays_inline_for_busy_reads_and_only_rechecks_rarely() -> None:
+    from chute._execution.tuning import RECHECK_EVERY
+
+    clock = _Clock([0, 1, 2])
+    levels = []
+    for _ in range(RECHECK_EVERY + 5):
+        levels.append(clock.tuner.level)
+        clock.window(100.0)  # all time spent reading on the CPU: threads cannot help
+    assert levels[:RECHECK_EVERY] == [0] * RECHECK_EVERY
+    assert levels.count(1) == 1  # one trial of a neighbour, then back to inline
+    assert clock.tuner.level == 0
+
+
+def test_tuner_finds_gil_free_gains_on_a_recheck() -> None:
+    from chute._execution.tuning import RECHECK_EVERY
+
+    clock = _Clock([0, 1, 2])
+    for _ in range(RECHECK_EVERY + 4):
+        clock.window({0: 100.0, 1: 190.0, 2: 260.0}[clock.tuner.level])
+    assert clock.tuner.level == 1

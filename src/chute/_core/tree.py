@@ -79,6 +79,13 @@ def _mismatch(first: Any, other: Any, position: int) -> StructureMismatchError:
 def _stack_leaves(leaves: list[Any]) -> Any:
     first = leaves[0]
     if isinstance(first, np.ndarray):
+        if first.dtype != object:
+            try:  # np.array stacks equal-shaped arrays about twice as fast as np.stack
+                stacked = np.array(leaves)
+            except ValueError:
+                stacked = None
+            if stacked is not None and stacked.shape == (len(leaves), *first.shape):
+                return stacked
         try:
             return np.stack(leaves)
         except ValueError as exc:
@@ -100,9 +107,9 @@ def _stack(elements: list[Any]) -> Any:
         kind = kinds.pop()
         if kind is dict:
             keys = first.keys()
-            for pos, e in enumerate(elements):
-                if e.keys() != keys:
-                    raise _mismatch(first, e, pos)
+            if not all(map(keys.__eq__, map(dict.keys, elements))):
+                pos = next(p for p, e in enumerate(elements) if e.keys() != keys)
+                raise _mismatch(first, elements[pos], pos)
             return {k: _stack([e[k] for e in elements]) for k in keys}
         if kind in _LEAF_TYPES or issubclass(kind, np.generic):
             return _stack_leaves(elements)

@@ -1,13 +1,20 @@
 """Choosing how many chunks to read ahead, by measuring the consumer.
 
-Threads only pay off when the work they run releases the GIL (I/O,
-decompression, large numpy operations) or overlaps with a consumer that
-waits on something else (an accelerator step).  For Python-heavy work on a
-few cores they slow everything down.  Rather than guess, the reader measures
-what matters, the rate at which its consumer receives elements, and
-hill-climbs the read-ahead level: 0 (read inline, on the consumer's thread),
-then 1, 2, 4, ... chunks in flight on threads, keeping the best.  Every so
-often it re-checks the neighbouring levels, so it follows changes of load.
+Threads only pay off when the reads wait (I/O, work that releases the GIL)
+or when the consumer does something else between ``next()`` calls that the
+reads could overlap with (an accelerator step).  For Python-heavy work on a
+few cores they slow everything down.  Rather than guess, the reader measures:
+
+* while reading inline, how long reads take on the wall clock and in CPU
+  time, and how long the consumer spends outside ``next()``; when either the
+  waiting or the outside time is a sizeable share, threads may help, and the
+  tuner explores at once;
+* when exploring, the rate at which the consumer receives elements at each
+  read-ahead level: 0 (inline), then 1, 2, 4, ... chunks in flight, climbing
+  while that rate improves;
+* every ``RECHECK_EVERY`` windows, one neighbouring level, so it follows
+  changes of load and finds gains the signals above cannot see (CPU work that
+  releases the GIL).
 
 Tuning changes only *when* chunks are read, never which elements come out in
 which order.
@@ -18,8 +25,9 @@ from __future__ import annotations
 import time
 
 WINDOW_SECONDS = 0.05
-RECHECK_EVERY = 100  # windows at the chosen level before re-checking neighbours
-MIN_GAIN = 1.05
+RECHECK_EVERY = 100  # windows between trials of a neighbouring level (about 5 s)
+MIN_GAIN = 1.05  # a level must beat the best so far by 5% to be kept
+HINT_SHARE = 0.25  # outside or waiting time, as a share of read time, that suggests threads
 
 
 def levels_for(max_threads: int) -> list[int]:
@@ -34,64 +42,78 @@ def levels_for(max_threads: int) -> list[int]:
 
 
 class ReadAheadTuner:
-    """Hill-climbs a read-ahead level to maximise consumed elements per second."""
+    """Picks a read-ahead level that maximises consumed elements per second."""
 
     def __init__(self, levels: list[int]) -> None:
         self._levels = levels
         self._index = 0
         self._best_index, self._best_rate = 0, 0.0
-        self._exploring = len(levels) > 1
-        self._trial_from: int | None = None
-        self._windows_settled = 0
+        self._trial: str | None = None  # "explore" (climbing) or "neighbour"
+        self._cooldown = 0
+        self._looked = False
         self._rechecks = 0
         self._window_start = time.perf_counter()
-        self._count = 0
+        self._count, self._read_wall, self._read_cpu = 0, 0.0, 0.0
 
     @property
     def level(self) -> int:
         return self._levels[self._index]
 
-    def consumed(self, count: int) -> None:
-        """Reports ``count`` more elements handed to the consumer."""
+    def consumed(self, count: int, read_wall: float = 0.0, read_cpu: float = 0.0) -> None:
+        """Reports ``count`` more elements handed out, and the inline read that made them."""
         self._count += count
+        self._read_wall += read_wall
+        self._read_cpu += read_cpu
         now = time.perf_counter()
         elapsed = now - self._window_start
         if elapsed < WINDOW_SECONDS or len(self._levels) == 1:
             return
         rate = self._count / elapsed
-        self._window_start, self._count = now, 0
-        if self._exploring:
-            self._explore(rate)
-        elif self._trial_from is not None:
-            self._finish_trial(rate)
+        hint = self._threads_may_help(elapsed)
+        self._window_start, self._count, self._read_wall, self._read_cpu = now, 0, 0.0, 0.0
+        if self._trial == "explore":
+            self._climb(rate)
+        elif self._trial == "neighbour":
+            self._judge_neighbour(rate)
         else:
-            self._settled(rate)
+            self._settled(rate, hint)
 
-    def _explore(self, rate: float) -> None:
-        if rate > self._best_rate * MIN_GAIN or self._index == 0:
-            self._best_index, self._best_rate = self._index, max(rate, self._best_rate)
+    def _threads_may_help(self, elapsed: float) -> bool:
+        if self.level or not self._read_wall:
+            return False
+        outside = elapsed - self._read_wall
+        waiting = self._read_wall - self._read_cpu
+        return max(outside, waiting) > HINT_SHARE * self._read_wall
+
+    def _settled(self, rate: float, hint: bool) -> None:
+        self._best_rate = rate if not self._best_rate else 0.8 * self._best_rate + 0.2 * rate
+        if self._cooldown:
+            self._cooldown -= 1
+            return
+        if self._index == 0 and hint:
+            self._trial, self._best_index, self._best_rate, self._index = "explore", 0, rate, 1
+            return
+        self._cooldown = RECHECK_EVERY
+        if self._index == 0 and not self._looked:
+            self._looked = True  # nothing suggests threads: look again in a while
+            return
+        self._rechecks += 1
+        neighbour = self._index + (1 if self._rechecks % 2 or self._index == 0 else -1)
+        if neighbour < len(self._levels):
+            self._trial, self._best_index, self._index = "neighbour", self._index, neighbour
+
+    def _climb(self, rate: float) -> None:
+        if rate > self._best_rate * MIN_GAIN:
+            self._best_index, self._best_rate = self._index, rate
             if self._index + 1 < len(self._levels):
                 self._index += 1
                 return
-        self._index = self._best_index
-        self._exploring = False
+        self._settle()
 
-    def _settled(self, rate: float) -> None:
-        self._best_rate = 0.8 * self._best_rate + 0.2 * rate
-        self._windows_settled += 1
-        if self._windows_settled < RECHECK_EVERY:
-            return
-        self._windows_settled = 0
-        self._rechecks += 1
-        step = 1 if self._rechecks % 2 else -1
-        neighbour = self._best_index + step
-        if not 0 <= neighbour < len(self._levels):
-            neighbour = self._best_index - step
-        if 0 <= neighbour < len(self._levels):
-            self._trial_from, self._index = self._best_index, neighbour
-
-    def _finish_trial(self, rate: float) -> None:
+    def _judge_neighbour(self, rate: float) -> None:
         if rate > self._best_rate * MIN_GAIN:
             self._best_index, self._best_rate = self._index, rate
-        self._index = self._best_index
-        self._trial_from = None
+        self._settle()
+
+    def _settle(self) -> None:
+        self._index, self._trial, self._cooldown = self._best_index, None, RECHECK_EVERY

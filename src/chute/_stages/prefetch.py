@@ -116,16 +116,20 @@ class _PrefetchIterator(DatasetIterator[Any]):
             if not self._pending:
                 self._release_threads()
                 raise StopIteration
-        self._tuner.consumed(self._stop - self._chunk_start)
         start, stop, future = self._pending.popleft()
+        inline_wall = inline_cpu = 0.0
         try:
             if future is None:
-                items, seconds = _read(self._ds, start, stop)
+                cpu = time.thread_time()
+                items, inline_wall = _read(self._ds, start, stop)
+                inline_cpu = time.thread_time() - cpu
+                self._adapt(stop - start, inline_wall)
             else:
                 items, seconds = future.result()
-            self._adapt(stop - start, seconds)
+                self._adapt(stop - start, seconds)
         except Exception:
             items = self._read_one_by_one(start, stop)
+        self._tuner.consumed(self._stop - self._chunk_start, inline_wall, inline_cpu)
         items.reverse()
         self._items, self._chunk_start, self._stop = items, start, stop
         self._schedule()
