@@ -11,6 +11,7 @@ import numpy as np
 from chute._core import errors, tree
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
 from chute._core.validate import check_callable, check_positive_int
+from chute._stages._pull_log import PullLog
 
 
 def _check_args(
@@ -114,13 +115,11 @@ class BatchIterDataset(IterDataset[Any]):
 
 
 class _BatchIterator(DatasetIterator[Any]):
-    """Pulls ``batch_size`` elements and combines them.
+    """Pulls ``batch_size`` elements through a ``PullLog`` and combines them.
 
     If the parent raises part way through a batch, the elements already
-    pulled stay in the buffer and the next call carries on filling it.  The
-    state is then the parent's state at the start of the batch plus the
-    number of pulls and which of them raised, so a restore replays the same
-    pulls (without raising again) and continues exactly where this one is.
+    pulled stay in the log and the next call carries on filling it; the state
+    then names the pulls to replay, so a restore continues exactly there.
     """
 
     _stage = "batch"
@@ -128,74 +127,31 @@ class _BatchIterator(DatasetIterator[Any]):
     def __init__(self, parent: DatasetIterator[Any], size: int, drop: bool, batch_fn: Any) -> None:
         super().__init__(parent)
         self._size, self._drop, self._batch_fn = size, drop, batch_fn
+        self._log = PullLog(parent)
         self._batches = 0
-        self._reset()
-
-    def _reset(self) -> None:
-        self._buffer: list[Any] = []
-        self._pulls = 0
-        self._failed: list[int] = []
-        self._start_state: dict[str, Any] | None = None
 
     def __next__(self) -> Any:
-        parent, buffer = self._parent, self._buffer
-        if not self._pulls:
-            self._start_state = parent.get_state()
-        while len(buffer) < self._size:
-            try:
-                x = next(parent)
-            except StopIteration:
-                if buffer and not self._drop:
-                    break
-                self._reset()
-                raise
-            except Exception:
-                self._failed.append(self._pulls)
-                self._pulls += 1
-                raise
-            buffer.append(x)
-            self._pulls += 1
-        self._reset()
+        log = self._log
+        if not log.fill(self._size) and (not log.items or self._drop):
+            log.clear()
+            raise StopIteration
+        elements = log.items
+        log.clear()
         index = self._batches
         self._batches += 1
         try:
-            return self._batch_fn(buffer)
+            return self._batch_fn(elements)
         except Exception as exc:
             errors.annotate(exc, "batch", index)
             raise
 
     def get_state(self) -> dict[str, Any]:
-        if self._pulls:
-            return self._state(
-                parent=self._start_state,
-                batches=self._batches,
-                pulls=self._pulls,
-                failed=list(self._failed),
-            )
-        return self._state(
-            parent=self._parent.get_state(), batches=self._batches, pulls=0, failed=[]
-        )
+        return self._state(batches=self._batches, **self._log.state())
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "parent", "batches", "pulls", "failed")
-        self._reset()
-        self._parent.set_state(state["parent"])
+        self._log.restore(state)
         self._batches = int(state["batches"])
-        pulls, failed = int(state["pulls"]), set(state["failed"])
-        if not pulls:
-            return
-        self._start_state = state["parent"]
-        for k in range(pulls):
-            if k in failed:
-                try:
-                    next(self._parent)
-                except StopIteration:
-                    raise
-                except Exception:
-                    pass
-            else:
-                self._buffer.append(next(self._parent))
-        self._pulls, self._failed = pulls, sorted(failed)
 
 
 def batch_and_pad(values: Sequence[Any], *, batch_size: int, pad_value: Any = 0) -> Any:

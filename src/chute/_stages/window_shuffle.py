@@ -30,6 +30,7 @@ from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDatase
 from chute._core.index_shuffle import index_shuffle_array
 from chute._core.seeding import MAX_SEED, resolve_seed
 from chute._core.validate import check_positive_int
+from chute._stages._pull_log import PullLog
 
 
 def window_permutation(length: int, seed: int) -> np.ndarray:
@@ -113,12 +114,11 @@ class WindowShuffleIterDataset(IterDataset[Any]):
 
 
 class _WindowShuffleIterator(DatasetIterator[Any]):
-    """Holds one window; its state is where the window starts in the parent.
+    """Holds one window, pulled through a ``PullLog``.
 
-    The state is the parent's state before the window's first pull, the
-    window's number, the pulls made for it (and which raised, so that a
-    restore replays them without losing or repeating elements) and how many of
-    its elements were yielded.
+    The state is the window's number, how many of its elements were yielded,
+    and the log's positions (the parent's state before the window and the
+    pulls made for it), so a restore refills the same window from the parent.
     """
 
     _stage = "window_shuffle"
@@ -126,77 +126,41 @@ class _WindowShuffleIterator(DatasetIterator[Any]):
     def __init__(self, parent: DatasetIterator[Any], window: int, seed: int) -> None:
         super().__init__(parent)
         self._size, self._seed = window, seed
+        self._log = PullLog(parent)
         self._index = 0  # number of the current window
-        self._ended = False
-        self._reset()
-
-    def _reset(self) -> None:
-        self._buffer: list[Any] = []
         self._order: list[int] | None = None  # output order, set once the window is full
         self._emitted = 0
-        self._pulls = 0
-        self._failed: list[int] = []
-        self._start: dict[str, Any] | None = None
 
     def __next__(self) -> Any:
-        order = self._order if self._order is not None else self._fill()
+        order = self._order if self._order is not None else self._shuffle()
         if self._emitted >= len(order):
             raise StopIteration
-        x = self._buffer[order[self._emitted]]
+        x = self._log.items[order[self._emitted]]
         self._emitted += 1
         if self._emitted == len(order):
             self._index += 1
-            self._reset()
+            self._next_window()
         return x
 
-    def _fill(self) -> list[int]:
-        parent, buffer = self._parent, self._buffer
-        if not self._pulls:
-            self._start = parent.get_state()
-        while len(buffer) < self._size and not self._ended:
-            try:
-                x = next(parent)
-            except StopIteration:
-                self._ended = True
-                break
-            except Exception:
-                self._failed.append(self._pulls)
-                self._pulls += 1
-                raise
-            buffer.append(x)
-            self._pulls += 1
-        if not buffer:
-            self._reset()
-            self._order = []
-        else:
-            seed = (self._seed + self._index) % MAX_SEED
-            self._order = window_permutation(len(buffer), seed)[::-1].tolist()
+    def _shuffle(self) -> list[int]:
+        self._log.fill(self._size)
+        size = len(self._log.items)
+        seed = (self._seed + self._index) % MAX_SEED
+        self._order = window_permutation(size, seed)[::-1].tolist() if size else []
         return self._order
 
+    def _next_window(self) -> None:
+        self._log.clear()
+        self._order, self._emitted = None, 0
+
     def get_state(self) -> dict[str, Any]:
-        parent = self._start if self._pulls else self._parent.get_state()
-        return self._state(
-            parent=parent,
-            window=self._index,
-            pulls=self._pulls,
-            failed=list(self._failed),
-            emitted=self._emitted,
-        )
+        return self._state(window=self._index, emitted=self._emitted, **self._log.state())
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "parent", "window", "pulls", "failed", "emitted")
-        self._reset()
-        self._ended = False
-        self._parent.set_state(state["parent"])
+        self._next_window()
+        self._log.restore(state)
         self._index = int(state["window"])
-        failed = {int(k) for k in state["failed"]}
-        for k in range(int(state["pulls"])):
-            if k in failed:
-                try:
-                    next(self._parent)
-                except Exception:
-                    pass
-            else:
-                self._buffer.append(next(self._parent))
-        self._pulls, self._failed = int(state["pulls"]), sorted(failed)
-        self._start, self._emitted = state["parent"], int(state["emitted"])
+        self._emitted = int(state["emitted"])
+        if self._emitted:
+            self._shuffle()

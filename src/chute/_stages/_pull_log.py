@@ -1,0 +1,81 @@
+"""``PullLog``: what a stage pulled from its parent since a known position.
+
+Stages that hold elements across ``next()`` calls (``batch``, the window
+shuffle) pull through a log.  It records the parent's state before the first
+pull, how many pulls were made and which of them raised, so a checkpoint is
+those positions rather than the elements, and a restore replays the same
+pulls (swallowing the errors that were already reported) to rebuild exactly
+the same buffer.  A pull that raises keeps everything pulled before it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chute._core.errors import CheckpointError
+from chute._core.iterator import DatasetIterator
+
+
+class PullLog:
+    """The elements pulled from ``parent`` since the last ``clear()``."""
+
+    def __init__(self, parent: DatasetIterator[Any]) -> None:
+        self._parent = parent
+        self.clear()
+
+    def clear(self) -> None:
+        self.items: list[Any] = []
+        self.pulls = 0
+        self._failed: list[int] = []
+        self._start: dict[str, Any] | None = None
+
+    def fill(self, size: int) -> bool:
+        """Pulls until ``size`` items are held; False if the parent ended first.
+
+        A user error from the parent propagates; the items stay, and the next
+        call carries on after the failed pull.
+        """
+        parent, items = self._parent, self.items
+        while len(items) < size:
+            if not self.pulls:
+                self._start = parent.get_state()
+            try:
+                x = next(parent)
+            except StopIteration:
+                return False
+            except Exception:
+                self._failed.append(self.pulls)
+                self.pulls += 1
+                raise
+            items.append(x)
+            self.pulls += 1
+        return True
+
+    def state(self) -> dict[str, Any]:
+        """Positions that rebuild the log: parent state, pulls, failed pulls."""
+        if not self.pulls:
+            return {"parent": self._parent.get_state(), "pulls": 0, "failed": []}
+        return {"parent": self._start, "pulls": self.pulls, "failed": list(self._failed)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Rebuilds the log from ``state()`` by replaying the same pulls."""
+        self.clear()
+        self._parent.set_state(state["parent"])
+        failed = {int(k) for k in state["failed"]}
+        try:
+            for k in range(int(state["pulls"])):
+                if k in failed:
+                    try:
+                        next(self._parent)
+                    except StopIteration:
+                        raise
+                    except Exception:
+                        pass
+                else:
+                    self.items.append(next(self._parent))
+        except StopIteration:
+            raise CheckpointError(
+                "the parent ended while replaying the pulls recorded in the checkpoint: "
+                "the pipeline or its data differ from the ones that saved it."
+            ) from None
+        self.pulls, self._failed, self._start = int(state["pulls"]), sorted(failed), state["parent"]
