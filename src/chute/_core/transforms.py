@@ -133,3 +133,20 @@ class Batch:
 
 
 TRANSFORM_TYPES = (Map, RandomMap, MapWithIndex, Filter, FlatMap, Batch)
+
+
+def callable_of(transform: Any, kind: type, where: str) -> Callable[..., Any]:
+    """The function to call for ``transform``: the method of a ``kind``, or a callable.
+
+    A chute transform of another kind is refused: each goes to its own method.
+    """
+    if isinstance(transform, kind):
+        return getattr(transform, kind._method)  # type: ignore[attr-defined]
+    if not callable(transform) or isinstance(transform, TRANSFORM_TYPES):
+        raise TypeError(
+            f"{where} takes a chute.transforms.{kind.__name__} or a callable (got "
+            f"{transform!r} that is a {type(transform).__name__}). Each chute transform "
+            "goes to the method of its kind (map, random_map, map_with_index, filter), "
+            "or to apply() for FlatMap and Batch."
+        )
+    return transform

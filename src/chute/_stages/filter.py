@@ -6,18 +6,7 @@ from typing import Any
 
 from chute._core import errors
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
-from chute._core.transforms import TRANSFORM_TYPES, Filter, _name
-
-
-def _predicate(transform: Any, where: str) -> Any:
-    if isinstance(transform, Filter):
-        return transform.filter
-    if not callable(transform) or isinstance(transform, TRANSFORM_TYPES):
-        raise TypeError(
-            f"{where} takes a chute.transforms.Filter or a callable returning a bool (got "
-            f"{transform!r} that is a {type(transform).__name__})."
-        )
-    return transform
+from chute._core.transforms import Filter, _name, callable_of
 
 
 class FilterMapDataset(MapDataset[Any]):
@@ -29,7 +18,7 @@ class FilterMapDataset(MapDataset[Any]):
 
     def __init__(self, parent: MapDataset[Any], transform: Any) -> None:
         super().__init__(parent)
-        self._pred = _predicate(transform, "MapDataset.filter()")
+        self._pred = callable_of(transform, Filter, "MapDataset.filter()")
         self._label = f"filter({_name(transform)})"
 
     def __len__(self) -> int:
@@ -54,7 +43,7 @@ class FilterIterDataset(IterDataset[Any]):
 
     def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
         super().__init__(parent)
-        self._pred = _predicate(transform, "IterDataset.filter()")
+        self._pred = callable_of(transform, Filter, "IterDataset.filter()")
         self._label = f"filter({_name(transform)})"
 
     def __iter__(self) -> DatasetIterator[Any]:

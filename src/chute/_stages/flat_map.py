@@ -20,19 +20,7 @@ import numpy as np
 
 from chute._core import errors
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
-from chute._core.transforms import TRANSFORM_TYPES, FlatMap, _name
-
-
-def _split_fn(transform: Any, where: str) -> Callable[[Any], Any]:
-    if isinstance(transform, FlatMap):
-        return transform.flat_map
-    if not callable(transform) or isinstance(transform, TRANSFORM_TYPES):
-        raise TypeError(
-            f"{where} takes a chute.transforms.FlatMap (got {transform!r} that is a "
-            f"{type(transform).__name__}). Wrap a function as "
-            "chute.transforms.FlatMap(fn, max_fan_out=N)."
-        )
-    return transform
+from chute._core.transforms import FlatMap, _name, callable_of
 
 
 def _fan_out(transform: Any) -> int:
@@ -75,7 +63,7 @@ class FlatMapMapDataset(MapDataset[Any]):
     def __init__(self, parent: MapDataset[Any], transform: FlatMap) -> None:
         super().__init__(parent)
         self._fan_out = _fan_out(transform)
-        self._fn = _split_fn(transform, "FlatMapMapDataset")
+        self._fn = callable_of(transform, FlatMap, "FlatMapMapDataset")
         self._label = f"flat_map({_name(transform)})"
 
     def __len__(self) -> int:
@@ -126,7 +114,7 @@ class FlatMapIterDataset(IterDataset[Any]):
 
     def __init__(self, parent: IterDataset[Any], transform: FlatMap | Callable[[Any], Any]) -> None:
         super().__init__(parent)
-        self._fn = _split_fn(transform, "FlatMapIterDataset")
+        self._fn = callable_of(transform, FlatMap, "FlatMapIterDataset")
         self._label = f"flat_map({_name(transform)})"
 
     def __iter__(self) -> DatasetIterator[Any]:

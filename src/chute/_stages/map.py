@@ -8,20 +8,7 @@ from typing import Any
 from chute._core import errors
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
 from chute._core.seeding import ElementRng, resolve_seed
-from chute._core.transforms import Map, MapWithIndex, RandomMap, _name
-
-
-def resolve_fn(transform: Any, kind: type, method: str, where: str) -> Callable[..., Any]:
-    """The function to call for ``transform``: its method, or itself if callable."""
-    if isinstance(transform, kind):
-        return getattr(transform, method)
-    if isinstance(transform, (Map, RandomMap, MapWithIndex)) or not callable(transform):
-        raise TypeError(
-            f"{where} takes a chute.transforms.{kind.__name__} or a callable (got "
-            f"{transform!r} that is a {type(transform).__name__}); check that you used "
-            "the method that matches the transform (map, random_map, map_with_index)."
-        )
-    return transform
+from chute._core.transforms import Map, MapWithIndex, RandomMap, _name, callable_of
 
 
 class MapMapDataset(MapDataset[Any]):
@@ -29,7 +16,7 @@ class MapMapDataset(MapDataset[Any]):
 
     def __init__(self, parent: MapDataset[Any], transform: Any) -> None:
         super().__init__(parent)
-        self._fn = resolve_fn(transform, Map, "map", "MapDataset.map()")
+        self._fn = callable_of(transform, Map, "MapDataset.map()")
         self._label = f"map({_name(transform)})"
 
     def __len__(self) -> int:
@@ -54,9 +41,7 @@ class MapWithIndexMapDataset(MapDataset[Any]):
 
     def __init__(self, parent: MapDataset[Any], transform: Any) -> None:
         super().__init__(parent)
-        self._fn = resolve_fn(
-            transform, MapWithIndex, "map_with_index", "MapDataset.map_with_index()"
-        )
+        self._fn = callable_of(transform, MapWithIndex, "MapDataset.map_with_index()")
         self._label = f"map_with_index({_name(transform)})"
 
     def __len__(self) -> int:
@@ -81,7 +66,7 @@ class RandomMapMapDataset(MapDataset[Any]):
 
     def __init__(self, parent: MapDataset[Any], transform: Any, *, seed: int | None = None) -> None:
         super().__init__(parent)
-        self._fn = resolve_fn(transform, RandomMap, "random_map", "MapDataset.random_map()")
+        self._fn = callable_of(transform, RandomMap, "MapDataset.random_map()")
         self._label = f"random_map({_name(transform)})"
         self._rng_seed = resolve_seed(self, seed, "random_map")
 
@@ -107,7 +92,7 @@ class MapIterDataset(IterDataset[Any]):
 
     def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
         super().__init__(parent)
-        self._fn = resolve_fn(transform, Map, "map", "IterDataset.map()")
+        self._fn = callable_of(transform, Map, "IterDataset.map()")
         self._label = f"map({_name(transform)})"
 
     def __iter__(self) -> DatasetIterator[Any]:
@@ -119,9 +104,7 @@ class MapWithIndexIterDataset(IterDataset[Any]):
 
     def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
         super().__init__(parent)
-        self._fn = resolve_fn(
-            transform, MapWithIndex, "map_with_index", "IterDataset.map_with_index()"
-        )
+        self._fn = callable_of(transform, MapWithIndex, "IterDataset.map_with_index()")
         self._label = f"map_with_index({_name(transform)})"
 
     def __iter__(self) -> DatasetIterator[Any]:
@@ -135,7 +118,7 @@ class RandomMapIterDataset(IterDataset[Any]):
         self, parent: IterDataset[Any], transform: Any, *, seed: int | None = None
     ) -> None:
         super().__init__(parent)
-        self._fn = resolve_fn(transform, RandomMap, "random_map", "IterDataset.random_map()")
+        self._fn = callable_of(transform, RandomMap, "IterDataset.random_map()")
         self._label = f"random_map({_name(transform)})"
         self._rng_seed = resolve_seed(self, seed, "random_map")
 
