@@ -9,7 +9,7 @@ the same elements in the same order, and faster.
 [[1, 7, 6, 9], [0, 8, 4, 5], [3, 2]]
 """
 
-from chute import experimental, transforms
+from chute import experimental, samplers, sharding, sources, transforms
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.errors import (
     CheckpointError,
@@ -23,23 +23,58 @@ from chute._core.transforms import Filter as FilterTransform
 from chute._core.transforms import Map as MapTransform
 from chute._core.transforms import MapWithIndex as MapWithIndexTransform
 from chute._core.transforms import RandomMap as RandomMapTransform
+from chute._loader.data_loader import DataLoader, DataLoaderIterator, load
+from chute._loader.operations import (
+    BatchOperation,
+    FilterOperation,
+    MapOperation,
+    RandomMapOperation,
+)
+from chute._loader.record import Record, RecordMetadata
+from chute._loader.samplers import IndexSampler, SequentialSampler
+from chute._loader.sharding import NoSharding, ShardByJaxProcess, ShardOptions
+from chute._sources.protocol import RandomAccessDataSource
+from chute._sources.range import RangeDataSource
+from chute._sources.shared_memory import SharedMemoryDataSource
+from chute._sources.shared_memory import SharedMemoryDataSource as InMemoryDataSource
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Batch",
+    "BatchOperation",
     "CheckpointError",
     "ChuteError",
+    "DataLoader",
+    "DataLoaderIterator",
     "DatasetIterator",
     "ErrorBudgetExceededError",
+    "FilterOperation",
     "FilterTransform",
+    "InMemoryDataSource",
+    "IndexSampler",
     "IterDataset",
     "IteratorClosedError",
     "MapDataset",
+    "MapOperation",
     "MapTransform",
     "MapWithIndexTransform",
+    "NoSharding",
+    "RandomAccessDataSource",
+    "RandomMapOperation",
     "RandomMapTransform",
+    "RangeDataSource",
     "ReadOptions",
+    "Record",
+    "RecordMetadata",
+    "SequentialSampler",
+    "ShardByJaxProcess",
+    "ShardOptions",
+    "SharedMemoryDataSource",
     "experimental",
+    "load",
+    "samplers",
+    "sharding",
+    "sources",
     "transforms",
 ]

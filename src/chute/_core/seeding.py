@@ -92,3 +92,30 @@ def element_rngs(seed: int, indices: Iterable[int]) -> Iterable[np.random.Genera
     rng = ElementRng(seed)
     for index in indices:
         yield rng.at(index)
+
+
+class KeyedRng:
+    """Hands out ``Generator(Philox(key=key))`` for many keys from one generator.
+
+    The DataLoader's per-record RNG is keyed by ``seed + index``; resetting one
+    bit generator's state is much cheaper than building a new one per record.
+    """
+
+    _MASK64 = (1 << 64) - 1
+
+    def __init__(self) -> None:
+        self._bit_generator = np.random.Philox(key=0)
+        self._state = self._bit_generator.state
+        self._key = np.zeros(2, dtype=np.uint64)
+        self._state["state"]["key"] = self._key
+        self._state["state"]["counter"] = np.zeros(4, dtype=np.uint64)
+        self._state["buffer_pos"] = 4
+        self._state["has_uint32"] = 0
+        self.generator = np.random.Generator(self._bit_generator)
+
+    def at(self, key: int) -> np.random.Generator:
+        self._key[0] = key & self._MASK64
+        self._key[1] = (key >> 64) & self._MASK64
+        self._state["state"]["counter"][:] = 0
+        self._bit_generator.state = self._state
+        return self.generator

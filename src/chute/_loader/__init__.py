@@ -1,0 +1,1 @@
+"""The DataLoader API: records, sharding, samplers and the loader itself."""

@@ -1,0 +1,370 @@
+"""``DataLoader``: a data source, a sampler and operations, read by workers.
+
+Worker ``w`` of ``W`` owns the sampler positions ``w, w + W, ...``, runs the
+operations (batching included) on its own records, and the loader hands out
+the workers' outputs round-robin, skipping workers that ran out: the same
+order as Grain's.  With ``worker_count=0`` one worker runs inline.
+
+``get_state()`` returns JSON bytes: the workers' positions, whose turn it is,
+and a description of the sampler and source that ``set_state()`` checks.  A
+state restores into a loader with another ``worker_count`` too: the positions
+the old layout had only partly read are handed out first, then the rest, so
+nothing is lost or repeated.  That needs every consumed position to be a
+whole element: it is refused, with the reason, when a ``FlatMap`` splits
+elements or a worker stopped part way through a batch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._core.errors import CheckpointError, closed_error
+from chute._core.options import ReadOptions
+from chute._core.transforms import TRANSFORM_TYPES, Batch, FlatMap
+from chute._core.validate import check_int
+from chute._loader.pipeline import Stream, worker_dataset
+from chute._loader.samplers import IndexSampler
+from chute._loader.sharding import NoSharding, ShardOptions
+from chute._stages.prefetch import get_next_index
+from chute._stages.source import SourceMapDataset
+
+STATE_VERSION = 1
+
+
+def _describe_source(source: Any) -> str:
+    """A short, stable description of a source, for checkpoint checks."""
+    kind = type(source)
+    if isinstance(source, (list, tuple, range, np.ndarray)) or kind.__repr__ is object.__repr__:
+        return f"{kind.__module__}.{kind.__qualname__}(len={len(source)})"
+    return repr(source)
+
+
+def _check_operations(operations: Any) -> tuple[Any, ...]:
+    if not isinstance(operations, Sequence):
+        raise TypeError(
+            f"DataLoader: operations must be a sequence of transforms (got {operations!r})."
+        )
+    for k, op in enumerate(operations):
+        if not isinstance(op, TRANSFORM_TYPES):
+            raise TypeError(
+                f"DataLoader: operations[{k}] must be a chute.transforms object (Map, RandomMap, "
+                f"MapWithIndex, Filter, FlatMap, Batch) or a legacy operation; got {op!r} that "
+                f"is a {type(op).__name__}. Wrap a plain function as chute.transforms.Map(fn)."
+            )
+    return tuple(operations)
+
+
+class DataLoader:
+    """Reads ``data_source`` in the order of ``sampler`` and applies ``operations``.
+
+    Args:
+      data_source: anything with ``__len__`` and ``__getitem__`` (a
+        ``__getitems__`` batched read is used when present).
+      sampler: an ``IndexSampler`` or ``SequentialSampler`` (or any object with
+        ``__len__`` and ``__getitem__`` returning ``RecordMetadata``).
+      operations: transforms applied in order (``Map``, ``RandomMap``,
+        ``MapWithIndex``, ``Filter``, ``FlatMap``, ``Batch``, legacy operations).
+      worker_count: workers sharing the sampler's positions round-robin
+        (0 runs one inline).
+      worker_buffer_size: elements each worker may buffer ahead.
+      shard_options: shards the sampler's positions again, interleaved; give
+        sharding either here or in the sampler, not both.
+      read_options: how each worker reads its source (threads, prefetch).
+      enable_profiling: accepted for compatibility; chute logs nothing extra.
+    """
+
+    def __init__(
+        self,
+        *,
+        data_source: Any,
+        sampler: Any,
+        operations: Sequence[Any] = (),
+        worker_count: int | None = 0,
+        worker_buffer_size: int = 1,
+        shard_options: ShardOptions | None = None,
+        read_options: ReadOptions | None = None,
+        enable_profiling: bool = False,
+    ) -> None:
+        self._source = SourceMapDataset(data_source)
+        self._data_source, self._sampler = data_source, sampler
+        self._operations = _check_operations(operations)
+        self._worker_count = check_int(worker_count or 0, "DataLoader: worker_count", minimum=0)
+        self._buffer_size = check_int(
+            worker_buffer_size, "DataLoader: worker_buffer_size", minimum=1
+        )
+        if read_options is not None and not isinstance(read_options, ReadOptions):
+            raise TypeError(
+                f"DataLoader: read_options must be a chute.ReadOptions (got {read_options!r})."
+            )
+        self._read_options = read_options
+        self._shard = self._check_sharding(shard_options)
+        self._check_sampler()
+        self._enable_profiling = bool(enable_profiling)
+
+    def _check_sharding(self, shard_options: Any) -> tuple[int, int]:
+        if shard_options is None:
+            return (0, 1)
+        if not isinstance(shard_options, ShardOptions):
+            raise TypeError(
+                f"DataLoader: shard_options must be a chute.ShardOptions (got {shard_options!r})."
+            )
+        own = getattr(self._sampler, "_shard_options", None)
+        if shard_options.shard_count > 1 and own is not None and own.shard_count > 1:
+            raise ValueError(
+                "DataLoader: sharding is given twice, in the sampler "
+                f"({own}) and in shard_options ({shard_options}); give it once."
+            )
+        return (shard_options.shard_index, shard_options.shard_count)
+
+    def _check_sampler(self) -> None:
+        sampler = self._sampler
+        if not (hasattr(sampler, "__len__") and hasattr(sampler, "__getitem__")):
+            raise TypeError(
+                "DataLoader: sampler must be a chute sampler (IndexSampler, SequentialSampler) or "
+                f"have __len__ and __getitem__ (got {type(sampler).__name__})."
+            )
+        records = getattr(sampler, "num_records", None) or getattr(sampler, "_num_records", None)
+        if records is not None and records > len(self._source):
+            raise ValueError(
+                f"DataLoader: the sampler reads {records} records but the data source has only "
+                f"{len(self._source)}; build the sampler with num_records=len(data_source)."
+            )
+
+    @property
+    def _seed(self) -> int | None:
+        return getattr(self._sampler, "seed", None) or getattr(self._sampler, "_seed", None)
+
+    def _length(self) -> int:
+        shard_count = self._shard[1]
+        n = len(self._sampler)
+        return n // shard_count if shard_count > 1 else n
+
+    def _relayout_problem(self) -> str | None:
+        if any(isinstance(op, FlatMap) for op in self._operations):
+            return "a FlatMap operation splits elements, so a worker can stop inside one"
+        return None
+
+    def __iter__(self) -> DataLoaderIterator:
+        return DataLoaderIterator(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"DataLoader(data_source={_describe_source(self._data_source)}, "
+            f"sampler={self._sampler!r}, operations={list(self._operations)!r}, "
+            f"worker_count={self._worker_count})"
+        )
+
+
+class DataLoaderIterator:
+    """Iterates a DataLoader; ``get_state()``/``set_state()`` checkpoint it as JSON bytes."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self._loader = loader
+        self._closed = False
+        self._start(Stream((), 0, loader._length()), max(1, loader._worker_count))
+
+    def _start(self, stream: Stream, workers: int) -> None:
+        loader = self._loader
+        self._stream = stream
+        self._workers = [
+            iter(
+                worker_dataset(
+                    stream,
+                    w,
+                    workers,
+                    loader._sampler,
+                    loader._source,
+                    loader._operations,
+                    loader._read_options,
+                    loader._seed,
+                    loader._shard,
+                )
+            )
+            for w in range(workers)
+        ]
+        self._exhausted = [False] * workers
+        self._turn = 0
+
+    def __iter__(self) -> DataLoaderIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._closed:
+            raise closed_error("DataLoaderIterator")
+        count = len(self._workers)
+        for _ in range(count):
+            w = self._turn
+            if not self._exhausted[w]:
+                try:
+                    record = next(self._workers[w])
+                except StopIteration:
+                    self._exhausted[w] = True
+                else:
+                    self._turn = (w + 1) % count
+                    return record.data
+            self._turn = (w + 1) % count
+        raise StopIteration
+
+    # -- checkpoints -----------------------------------------------------------------
+
+    def get_state(self) -> bytes:
+        states = [it.get_state() for it in self._workers]
+        state = {
+            "version": STATE_VERSION,
+            "worker_count": len(self._workers),
+            "turn": self._turn,
+            "exhausted": list(self._exhausted),
+            "stream": {"pending": list(self._stream.pending), "tail": self._stream.tail},
+            "positions": self._positions(states),
+            "workers": states,
+            "sampler": repr(self._loader._sampler),
+            "data_source": _describe_source(self._loader._data_source),
+        }
+        return json.dumps(state).encode()
+
+    def _positions(self, states: list[dict[str, Any]]) -> list[int] | None:
+        """Stream positions each worker has consumed, if all are whole elements."""
+        if any(_mid_batch(s) for s in states):
+            return None
+        return [get_next_index(it) for it in self._workers]
+
+    def set_state(self, state: bytes | str) -> None:
+        saved = self._parse(state)
+        stream = Stream(
+            tuple(saved["stream"]["pending"]), int(saved["stream"]["tail"]), self._loader._length()
+        )
+        workers = max(1, self._loader._worker_count)
+        if saved["worker_count"] == workers:
+            self._close_workers()
+            self._start(stream, workers)
+            for it, worker_state in zip(self._workers, saved["workers"]):
+                it.set_state(worker_state)
+            self._turn, self._exhausted = int(saved["turn"]), [bool(x) for x in saved["exhausted"]]
+            return
+        problem = self._loader._relayout_problem()
+        if problem is None and saved["positions"] is None:
+            problem = "a worker stopped part way through a batch (after an error)"
+        if problem is not None:
+            raise CheckpointError(
+                f"this checkpoint was saved with {saved['worker_count']} worker(s) and cannot be "
+                f"restored into a DataLoader with worker_count={self._loader._worker_count}: "
+                f"{problem}. Restore it with the saved worker count."
+            )
+        self._close_workers()
+        self._start(relayout(stream, saved["worker_count"], saved["positions"]), workers)
+
+    def _parse(self, state: bytes | str) -> dict[str, Any]:
+        try:
+            saved = json.loads(state)
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(
+                f"DataLoaderIterator.set_state() takes the bytes returned by get_state() ({exc})."
+            ) from None
+        if not isinstance(saved, dict) or saved.get("version") != STATE_VERSION:
+            raise CheckpointError(
+                f"DataLoaderIterator.set_state(): unsupported state version "
+                f"{saved.get('version') if isinstance(saved, dict) else None!r} "
+                f"(this chute reads version {STATE_VERSION})."
+            )
+        for key, mine in (
+            ("sampler", repr(self._loader._sampler)),
+            ("data_source", _describe_source(self._loader._data_source)),
+        ):
+            if saved.get(key) != mine:
+                raise CheckpointError(
+                    f"the checkpoint was saved with {key} {saved.get(key)} but this DataLoader "
+                    f"has {mine}; restore it into a DataLoader built the same way."
+                )
+        return saved
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def _close_workers(self) -> None:
+        for it in self._workers:
+            it.close()
+
+    def close(self) -> None:
+        """Stops the workers' threads; ``next()`` afterwards raises."""
+        if not self._closed:
+            self._closed = True
+            self._close_workers()
+
+    def __enter__(self) -> DataLoaderIterator:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _mid_batch(state: Any) -> bool:
+    """True if a nested iterator state holds pulls not yet emitted."""
+    if isinstance(state, dict):
+        return bool(state.get("pulls")) or any(_mid_batch(v) for v in state.values())
+    return False
+
+
+def relayout(stream: Stream, workers: int, positions: Sequence[int]) -> Stream:
+    """The stream left to read after ``workers`` workers read ``positions`` each.
+
+    Stream index ``s`` was read by worker ``s % workers`` iff ``s // workers``
+    is below that worker's position.  Everything below ``workers * min`` was
+    read and everything from the furthest read index on was not; the indices
+    in between that were not read become the new stream's pending positions.
+    """
+    if len(positions) != workers or any(p < 0 for p in positions):
+        raise CheckpointError(
+            f"the checkpoint's worker positions {positions} do not fit {workers} workers."
+        )
+    read = np.asarray(positions, dtype=np.int64)
+    low = workers * int(read.min())
+    high = max((w + workers * (p - 1) + 1 for w, p in enumerate(positions) if p > 0), default=0)
+    between = np.arange(low, max(low, high), dtype=np.int64)
+    unread = between[(between // workers) >= read[between % workers]]
+    pending = stream.positions(unread).tolist()
+    if high < len(stream.pending):
+        pending += list(stream.pending[high:])
+    tail = stream.tail + max(0, high - len(stream.pending))
+    return Stream(tuple(pending), tail, stream.end)
+
+
+def load(
+    source: Any,
+    *,
+    num_epochs: int | None = None,
+    shuffle: bool = False,
+    seed: int | None = None,
+    shard_options: ShardOptions | None = None,
+    transformations: Sequence[Any] = (),
+    batch_size: int | None = None,
+    drop_remainder: bool = False,
+    worker_count: int | None = 0,
+    read_options: ReadOptions | None = None,
+) -> DataLoader:
+    """A DataLoader over ``source`` with an ``IndexSampler`` built from the arguments.
+
+    ``batch_size`` appends a ``Batch`` after ``transformations``.
+
+    >>> [b.tolist() for b in load(list(range(5)), num_epochs=1, batch_size=2)]
+    [[0, 1], [2, 3], [4]]
+    """
+    sampler = IndexSampler(
+        num_records=len(source),
+        shard_options=shard_options if shard_options is not None else NoSharding(),
+        shuffle=shuffle,
+        num_epochs=num_epochs,
+        seed=seed,
+    )
+    operations = list(transformations)
+    if batch_size is not None:
+        operations.append(Batch(batch_size, drop_remainder=drop_remainder))
+    return DataLoader(
+        data_source=source,
+        sampler=sampler,
+        operations=operations,
+        worker_count=worker_count,
+        read_options=read_options,
+    )

@@ -1,0 +1,194 @@
+"""The DataLoader's per-worker pipeline, built from the dataset engine.
+
+A DataLoader reads a *stream* of sampler positions: an explicit list of
+``pending`` positions followed by every position from ``tail`` up to the
+sampler's length.  A fresh loader's stream is just ``0, 1, 2, ...``; a loader
+restored with a different number of workers carries the positions the old
+layout left half-read in ``pending``.  Worker ``w`` of ``W`` reads
+``stream[w::W]``: positions become record keys (the sampler's vectorised
+lookup), keys become data (the source's batched ``__getitems__`` when it has
+one), and the operations run on ``Record(metadata, data)``.  Element-wise
+operations before the first batch run inside the chunked MapDataset reads;
+the rest run as IterDataset stages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._core.dataset import Indices, IterDataset, MapDataset
+from chute._core.options import ReadOptions
+from chute._core.seeding import KeyedRng
+from chute._core.transforms import Batch, Filter, FlatMap, Map, MapWithIndex, RandomMap, _name
+from chute._core.tree import stack
+from chute._loader.record import Record, RecordMetadata
+from chute._stages.flat_map import FlatMapIterDataset
+from chute._stages.source import SourceMapDataset
+
+
+@dataclasses.dataclass(frozen=True)
+class Stream:
+    """Sampler positions: ``pending`` first, then ``tail, tail + 1, ...`` below ``end``."""
+
+    pending: tuple[int, ...]
+    tail: int
+    end: int
+
+    def __len__(self) -> int:
+        return len(self.pending) + max(0, self.end - self.tail)
+
+    def positions(self, indices: np.ndarray) -> np.ndarray:
+        pending = np.asarray(self.pending, dtype=np.int64)
+        inside = indices < len(pending)
+        tail = indices - len(pending) + self.tail
+        if not len(pending):
+            return tail
+        return np.where(inside, pending[np.minimum(indices, max(len(pending) - 1, 0))], tail)
+
+
+class _StreamMapDataset(MapDataset[int]):
+    def __init__(self, stream: Stream) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def __len__(self) -> int:
+        return len(self._stream)
+
+    def _getitems(self, indices: Indices) -> list[int]:
+        return self._stream.positions(np.asarray(indices, dtype=np.int64)).tolist()
+
+
+class _ReadMapDataset(MapDataset[Record]):
+    """Sampler positions to ``Record``s: metadata from the sampler, data from the source."""
+
+    def __init__(
+        self,
+        positions: MapDataset[int],
+        sampler: Any,
+        source: SourceMapDataset,
+        shard: tuple[int, int],
+    ) -> None:
+        super().__init__(positions)
+        self._sampler, self._source, self._shard = sampler, source, shard
+        self._keys = getattr(sampler, "_record_keys", None)
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def _getitems(self, indices: Indices) -> list[Record]:
+        positions = self._parent._getitems(indices)
+        shard_index, shard_count = self._shard
+        if shard_count > 1:
+            positions = [shard_index + shard_count * p for p in positions]
+        if self._keys is not None:
+            keys = np.asarray(self._keys(np.asarray(positions, dtype=np.int64))).tolist()
+            metas = [RecordMetadata(p, k) for p, k in zip(positions, keys)]
+        else:
+            metas = [self._sampler[p] for p in positions]
+            keys = [m.record_key for m in metas]
+        data = self._source._getitems(keys)
+        return [Record(m, d) for m, d in zip(metas, data)]
+
+
+class _OnData:
+    """Applies a user function to a record's data (the function's name shows in errors)."""
+
+    def __init__(self, fn: Callable[..., Any], kind: str, seed: int | None) -> None:
+        self._fn, self._kind, self._seed = fn, kind, seed
+        self.__qualname__ = _name(fn)
+        self._rng: KeyedRng | None = None
+
+    def __call__(self, record: Record) -> Any:
+        kind = self._kind
+        if kind == "filter":
+            return self._fn(record.data)
+        if kind == "map":
+            record.data = self._fn(record.data)
+        elif kind == "map_with_index":
+            record.data = self._fn(record.metadata.index, record.data)
+        else:
+            record.data = self._fn(record.data, self._element_rng(record.metadata))
+        return record
+
+    def _element_rng(self, metadata: RecordMetadata) -> np.random.Generator:
+        if metadata.rng is not None:
+            return metadata.rng
+        if self._seed is None:
+            raise ValueError(
+                "a RandomMap operation needs a seeded sampler: pass seed=... to the "
+                "sampler (e.g. IndexSampler(..., seed=0))."
+            )
+        if self._rng is None:
+            self._rng = KeyedRng()
+        return self._rng.at(self._seed + metadata.index)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_rng": None}
+
+
+def _element_wise(op: Any, seed: int | None) -> tuple[str, _OnData] | None:
+    """(how to apply, function) for a per-record operation, or None."""
+    for kind, method, cls in (
+        ("map", "map", Map),
+        ("random_map", "random_map", RandomMap),
+        ("map_with_index", "map_with_index", MapWithIndex),
+        ("filter", "filter", Filter),
+    ):
+        if isinstance(op, cls):
+            return ("filter" if kind == "filter" else "map"), _OnData(
+                getattr(op, method), kind, seed
+            )
+    return None
+
+
+def _batch_records(batch_fn: Callable[[Sequence[Any]], Any]) -> Callable[[list[Record]], Record]:
+    def combine(records: list[Record]) -> Record:
+        return Record(records[-1].metadata, batch_fn([r.data for r in records]))
+
+    return combine
+
+
+def _split_record(fn: Callable[[Any], Any]) -> Callable[[Record], list[Record]]:
+    def split(record: Record) -> list[Record]:
+        return [Record(record.metadata, piece) for piece in fn(record.data)]
+
+    return split
+
+
+def worker_dataset(
+    stream: Stream,
+    worker: int,
+    worker_count: int,
+    sampler: Any,
+    source: SourceMapDataset,
+    operations: Sequence[Any],
+    read_options: ReadOptions | None,
+    seed: int | None,
+    shard: tuple[int, int] = (0, 1),
+) -> IterDataset[Record]:
+    """The records worker ``worker`` of ``worker_count`` produces, in its order."""
+    positions: MapDataset[int] = _StreamMapDataset(stream)
+    if worker_count > 1:
+        positions = positions.slice(slice(worker, None, worker_count))
+    records: Any = _ReadMapDataset(positions, sampler, source, shard)
+    rest = list(operations)
+    while rest and (step := _element_wise(rest[0], seed)) is not None:
+        records = records.filter(step[1]) if step[0] == "filter" else records.map(step[1])
+        rest.pop(0)
+    records = records.to_iter_dataset(read_options)
+    for op in rest:
+        step = _element_wise(op, seed)
+        if step is not None:
+            records = records.filter(step[1]) if step[0] == "filter" else records.map(step[1])
+        elif isinstance(op, Batch):
+            combine = _batch_records(op.batch_fn or stack)
+            records = records.batch(
+                op.batch_size, drop_remainder=op.drop_remainder, batch_fn=combine
+            )
+        elif isinstance(op, FlatMap):
+            records = FlatMapIterDataset(records, _split_record(op.flat_map))
+    return records

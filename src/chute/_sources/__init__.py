@@ -1,0 +1,1 @@
+"""Data sources: random-access readers that a pipeline or DataLoader starts from."""
