@@ -91,8 +91,24 @@ def test_loader_shard_options_interleave_positions() -> None:
         loader = grain.DataLoader(data_source=SOURCE, sampler=sampler, shard_options=options)
         return list(loader)
 
-    assert sharded(grain.ShardOptions(1, 2), 1) == [1, 3, 5, 7, 9]
-    assert sharded(grain.ShardOptions(0, 3), 2) == [0, 3, 6, 9, 2, 5]
+    assert sharded(grain.ShardOptions(1, 2), 1) == [1, 3, 5, 7, 9]  # as Grain
+    # Grain stops every shard after len // count positions, dropping 18 here;
+    # chute gives the first len % count shards one more position.
+    assert sharded(grain.ShardOptions(0, 3), 2) == [0, 3, 6, 9, 2, 5, 8]
+    assert sharded(grain.ShardOptions(0, 3, drop_remainder=True), 2) == [0, 3, 6, 9, 2, 5]
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 7])
+def test_loader_shards_read_every_record_exactly_once(count: int) -> None:
+    union = []
+    for index in range(count):
+        loader = grain.DataLoader(
+            data_source=SOURCE,
+            sampler=grain.SequentialSampler(10),
+            shard_options=grain.ShardOptions(index, count),
+        )
+        union += list(loader)
+    assert sorted(union) == SOURCE
 
 
 def test_map_with_index_and_flat_map() -> None:

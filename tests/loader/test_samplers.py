@@ -231,3 +231,10 @@ def test_fast_philox_is_philox_keyed_by_key(key: int) -> None:
     assert [g.random() for g in philox_generator(key).spawn(2)] == [
         g.random() for g in philox_generator(key).spawn(2)
     ]
+
+
+def test_samplers_survive_pickle() -> None:
+    sampler = IndexSampler(50, ShardOptions(1, 3), shuffle=True, num_epochs=2, seed=4)
+    restored = pickle.loads(pickle.dumps(sampler))
+    assert repr(restored) == repr(sampler)
+    assert _keys(restored) == _keys(sampler)

@@ -106,6 +106,7 @@ class DataLoader:
         self._enable_profiling = bool(enable_profiling)
 
     def _check_sharding(self, shard_options: Any) -> tuple[int, int]:
+        self._drop_shard_remainder = bool(getattr(shard_options, "drop_remainder", False))
         if shard_options is None:
             return (0, 1)
         if not isinstance(shard_options, ShardOptions):
@@ -139,9 +140,18 @@ class DataLoader:
         return getattr(self._sampler, "seed", None) or getattr(self._sampler, "_seed", None)
 
     def _length(self) -> int:
-        shard_count = self._shard[1]
+        """Positions this loader reads: shard ``s`` of ``k`` reads ``s, s + k, ...``.
+
+        The first ``n % k`` shards read one more position unless
+        ``drop_remainder``, so the shards together read every position once.
+        """
+        shard_index, shard_count = self._shard
         n = len(self._sampler)
-        return n // shard_count if shard_count > 1 else n
+        if shard_count == 1:
+            return n
+        if self._drop_shard_remainder:
+            return n // shard_count
+        return max(0, n - shard_index + shard_count - 1) // shard_count
 
     def _relayout_problem(self) -> str | None:
         if any(isinstance(op, FlatMap) for op in self._operations):
@@ -200,12 +210,12 @@ class DataLoaderIterator:
             w = self._turn
             if not self._exhausted[w]:
                 try:
-                    record = next(self._workers[w])
+                    element = next(self._workers[w])
                 except StopIteration:
                     self._exhausted[w] = True
                 else:
                     self._turn = (w + 1) % count
-                    return record.data
+                    return element
             self._turn = (w + 1) % count
         raise StopIteration
 

@@ -62,8 +62,8 @@ class _StreamMapDataset(MapDataset[int]):
         return self._stream.positions(np.asarray(indices, dtype=np.int64)).tolist()
 
 
-class _ReadMapDataset(MapDataset[Record]):
-    """Sampler positions to ``Record``s: metadata from the sampler, data from the source."""
+class _ReadMapDataset(MapDataset[Any]):
+    """Sampler positions to data read from the source, or to ``Record``s with metadata."""
 
     def __init__(
         self,
@@ -71,26 +71,33 @@ class _ReadMapDataset(MapDataset[Record]):
         sampler: Any,
         source: SourceMapDataset,
         shard: tuple[int, int],
+        *,
+        records: bool,
     ) -> None:
         super().__init__(positions)
         self._sampler, self._source, self._shard = sampler, source, shard
+        self._records = records
         self._keys = getattr(sampler, "_record_keys", None)
 
     def __len__(self) -> int:
         return len(self._parent)
 
-    def _getitems(self, indices: Indices) -> list[Record]:
+    def _getitems(self, indices: Indices) -> list[Any]:
         positions = self._parent._getitems(indices)
         shard_index, shard_count = self._shard
         if shard_count > 1:
             positions = [shard_index + shard_count * p for p in positions]
         if self._keys is not None:
             keys = np.asarray(self._keys(np.asarray(positions, dtype=np.int64))).tolist()
+            if not self._records:
+                return self._source._getitems(keys)
             metas = [RecordMetadata(p, k) for p, k in zip(positions, keys)]
         else:
             metas = [self._sampler[p] for p in positions]
             keys = [m.record_key for m in metas]
         data = self._source._getitems(keys)
+        if not self._records:
+            return data
         return [Record(m, d) for m, d in zip(metas, data)]
 
 
@@ -159,6 +166,11 @@ def _split_record(fn: Callable[[Any], Any]) -> Callable[[Record], list[Record]]:
     return split
 
 
+def needs_records(operations: Sequence[Any]) -> bool:
+    """Whether any operation reads record metadata (its index or its RNG)."""
+    return any(isinstance(op, (RandomMap, MapWithIndex)) for op in operations)
+
+
 def worker_dataset(
     stream: Stream,
     worker: int,
@@ -169,26 +181,56 @@ def worker_dataset(
     read_options: ReadOptions | None,
     seed: int | None,
     shard: tuple[int, int] = (0, 1),
-) -> IterDataset[Record]:
-    """The records worker ``worker`` of ``worker_count`` produces, in its order."""
+) -> IterDataset[Any]:
+    """What worker ``worker`` of ``worker_count`` produces, in its order.
+
+    When no operation reads record metadata, the operations run on the data
+    itself; otherwise on ``Record``s, unwrapped at the end.
+    """
     positions: MapDataset[int] = _StreamMapDataset(stream)
     if worker_count > 1:
         positions = positions.slice(slice(worker, None, worker_count))
-    records: Any = _ReadMapDataset(positions, sampler, source, shard)
+    if not needs_records(operations):
+        return _apply(
+            _ReadMapDataset(positions, sampler, source, shard, records=False),
+            operations,
+            read_options,
+        )
+    records = _ReadMapDataset(positions, sampler, source, shard, records=True)
+    wrapped = [_on_records(op, seed) for op in operations]
+    return _apply(records, wrapped, read_options).map(_data_of)
+
+
+def _data_of(record: Record) -> Any:
+    return record.data
+
+
+def _on_records(op: Any, seed: int | None) -> Any:
+    """The operation rewritten to act on ``Record``s."""
+    step = _element_wise(op, seed)
+    if step is not None:
+        return Filter(step[1]) if step[0] == "filter" else Map(step[1])
+    if isinstance(op, Batch):
+        return Batch(op.batch_size, op.drop_remainder, _batch_records(op.batch_fn or stack))
+    if isinstance(op, FlatMap):
+        return FlatMap(_split_record(op.flat_map))
+    raise TypeError(f"DataLoader: unsupported operation {op!r}.")
+
+
+def _apply(ds: MapDataset[Any], operations: Sequence[Any], read_options: ReadOptions | None) -> Any:
+    """Element-wise operations before the first batch run in the chunked reads."""
     rest = list(operations)
-    while rest and (step := _element_wise(rest[0], seed)) is not None:
-        records = records.filter(step[1]) if step[0] == "filter" else records.map(step[1])
-        rest.pop(0)
-    records = records.to_iter_dataset(read_options)
+    while rest and isinstance(rest[0], (Map, Filter)):
+        op = rest.pop(0)
+        ds = ds.filter(op) if isinstance(op, Filter) else ds.map(op)
+    it: Any = ds.to_iter_dataset(read_options)
     for op in rest:
-        step = _element_wise(op, seed)
-        if step is not None:
-            records = records.filter(step[1]) if step[0] == "filter" else records.map(step[1])
+        if isinstance(op, Filter):
+            it = it.filter(op)
+        elif isinstance(op, Map):
+            it = it.map(op)
         elif isinstance(op, Batch):
-            combine = _batch_records(op.batch_fn or stack)
-            records = records.batch(
-                op.batch_size, drop_remainder=op.drop_remainder, batch_fn=combine
-            )
-        elif isinstance(op, FlatMap):
-            records = FlatMapIterDataset(records, _split_record(op.flat_map))
-    return records
+            it = it.batch(op.batch_size, drop_remainder=op.drop_remainder, batch_fn=op.batch_fn)
+        else:
+            it = FlatMapIterDataset(it, op)
+    return it

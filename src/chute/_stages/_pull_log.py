@@ -36,19 +36,20 @@ class PullLog:
         call carries on after the failed pull.
         """
         parent, items = self._parent, self.items
+        many = getattr(parent, "_next_many", None)
         while len(items) < size:
             if not self.pulls:
                 self._start = parent.get_state()
             try:
-                x = next(parent)
+                taken = many(size - len(items)) if many is not None else [next(parent)]
             except StopIteration:
                 return False
             except Exception:
                 self._failed.append(self.pulls)
                 self.pulls += 1
                 raise
-            items.append(x)
-            self.pulls += 1
+            items.extend(taken)
+            self.pulls += len(taken)
         return True
 
     def state(self) -> dict[str, Any]:

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import operator
 import time
 import weakref
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -105,6 +107,25 @@ class _PrefetchIterator(DatasetIterator[Any]):
                         continue
                 return x
             items = self._refill()
+
+    def _next_many(self, count: int) -> list[Any]:
+        """The next 1 to ``count`` elements, sliced off the current chunk.
+
+        Returns what as many ``next()`` calls would; while the chunk holds an
+        element whose read failed, it takes one element at a time, so the
+        failure raises with nothing else taken.
+        """
+        while True:
+            items = self._items
+            if not items or self._failures:
+                return [next(self)]
+            take = items[-count:]
+            del items[-len(take) :]
+            take.reverse()
+            if not self._allow_nones and not all(map(operator.is_not, take, repeat(None))):
+                take = [x for x in take if x is not None]
+            if take:
+                return take
 
     # -- reading ---------------------------------------------------------------------
 
