@@ -152,8 +152,10 @@ def _element_wise(op: Any, seed: int | None) -> tuple[str, _OnData] | None:
     return None
 
 
-def _batch_records(batch_fn: Callable[[Sequence[Any]], Any]) -> Callable[[list[Record]], Record]:
-    def combine(records: list[Record]) -> Record:
+def _batch_records(
+    batch_fn: Callable[[Sequence[Any]], Any],
+) -> Callable[[Sequence[Record]], Record]:
+    def combine(records: Sequence[Record]) -> Record:
         return Record(records[-1].metadata, batch_fn([r.data for r in records]))
 
     return combine
