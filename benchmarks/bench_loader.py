@@ -141,6 +141,13 @@ def torch_digest(batch: Any) -> Any:
     }
 
 
+def hand_digest(batch: Any) -> Any:
+    """The hand loop's numpy batches, digested like PyTorch's (zero-copy tensors)."""
+    if isinstance(batch, dict) and all(isinstance(v, np.ndarray) for v in batch.values()):
+        return torch_digest({k: torch.from_numpy(v) for k, v in batch.items()})
+    return batch
+
+
 def reference_sums_and_labels(grain_out: list[Any]) -> tuple[np.ndarray, np.ndarray]:
     """Per-image sums and labels of Grain's epoch (digested by ``mnist_digest``), in order."""
     sums, labels = [], []
@@ -192,6 +199,21 @@ DESCRIPTION = (
 )
 
 
+def hand_loop(source: list[dict[str, Any]], permutation: Any) -> Any:
+    """The ceiling for one thread: the same work written by hand, no loader at all.
+
+    A shuffled order, the per-element normalise and a stack per batch of 128
+    (the last one partial, as the loaders give it).
+    """
+    order = permutation.tolist()
+    for start in range(0, len(order), MNIST_BATCH):
+        rows = [normalise(source[i]) for i in order[start : start + MNIST_BATCH]]
+        yield {
+            "image": np.stack([r["image"] for r in rows]),
+            "label": np.stack([r["label"] for r in rows]),
+        }
+
+
 def bench_loader(repeats: int) -> dict[str, Any]:
     print(f"  {DESCRIPTION}")
     source = mnist_source()
@@ -199,8 +221,13 @@ def bench_loader(repeats: int) -> dict[str, Any]:
         Impl("chute", lambda: iter(data_loader(chute, source)), MNIST_N),
         Impl("grain", lambda: iter(data_loader(grain, source)), MNIST_N),
         Impl("torch", lambda: torch_loader(source), MNIST_N),
+        Impl(
+            "hand loop",
+            lambda: hand_loop(source, np.random.default_rng(42).permutation(MNIST_N)),
+            MNIST_N,
+        ),
     ]
-    chute_impl, grain_impl, torch_impl = impls
+    chute_impl, grain_impl, torch_impl, hand_impl = impls
 
     # Output check, which is also every implementation's warm-up run.
     grain_out = common.collect(grain_impl, mnist_digest())
@@ -215,7 +242,12 @@ def bench_loader(repeats: int) -> dict[str, Any]:
         torch_impl.check = "error: the check run raised"
     else:
         torch_impl.check = check_torch(torch_out, grain_out)
-    del grain_out, chute_out, torch_out
+    hand_out = common.collect(hand_impl, hand_digest)
+    if hand_out is None or grain_out is None:
+        hand_impl.check = "error: the check run raised"
+    else:
+        hand_impl.check = check_torch(hand_out, grain_out)
+    del grain_out, chute_out, torch_out, hand_out
     report_check(
         impls,
         "grain",
@@ -230,6 +262,9 @@ def bench_loader(repeats: int) -> dict[str, Any]:
     ratios = [
         Ratio("loader chute/grain", chute_impl, grain_impl, TARGETS["loader chute/grain"]),
         Ratio("loader chute/torch", chute_impl, torch_impl, TARGETS["loader chute/torch"]),
+        # The limit of any single-threaded loader here: the user's own work.
+        Ratio("loader hand loop/torch (ceiling)", hand_impl, torch_impl, None),
+        Ratio("loader chute/hand loop", chute_impl, hand_impl, None),
     ]
     mark_invalid(ratios)
     return {
