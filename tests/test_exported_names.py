@@ -64,3 +64,37 @@ def test_experimental_names() -> None:
     assert set(chute.experimental.__all__) >= expected
     for name in chute.experimental.__all__:
         assert hasattr(chute.experimental, name), name
+
+
+def test_data_loader_names() -> None:
+    assert set(chute.__all__) >= {
+        "BatchOperation",
+        "DataLoader",
+        "DataLoaderIterator",
+        "FilterOperation",
+        "InMemoryDataSource",
+        "IndexSampler",
+        "MapOperation",
+        "NoSharding",
+        "RandomAccessDataSource",
+        "RandomMapOperation",
+        "RangeDataSource",
+        "Record",
+        "RecordMetadata",
+        "SequentialSampler",
+        "ShardByJaxProcess",
+        "ShardOptions",
+        "SharedMemoryDataSource",
+        "load",
+        "samplers",
+        "sharding",
+        "sources",
+    }
+    assert chute.InMemoryDataSource is chute.SharedMemoryDataSource
+    assert chute.samplers.__all__ == ["IndexSampler", "Sampler", "SequentialSampler"]
+    assert chute.sharding.__all__ == ["NoSharding", "ShardByJaxProcess", "ShardOptions"]
+    assert chute.sources.__all__ == [
+        "RandomAccessDataSource",
+        "RangeDataSource",
+        "SharedMemoryDataSource",
+    ]
