@@ -29,9 +29,18 @@ def _equal(a: Any, b: Any) -> bool:
 
 
 def _shape(state: Any) -> Any:
+    if isinstance(state, bytes):
+        return _shape(json.loads(state))
     if isinstance(state, dict):
         return {k: _shape(v) for k, v in state.items()}
     return type(state).__name__ if not isinstance(state, (int, float)) else "number"
+
+
+def _saved(state: Any) -> Any:
+    """The state as it comes back from storage (JSON bytes stay bytes)."""
+    if isinstance(state, bytes):
+        return bytes(state)
+    return json.loads(json.dumps(state))
 
 
 def _run(iterator: Any, limit: int | None) -> tuple[list[Any], list[dict[str, Any]]]:
@@ -56,7 +65,7 @@ def assert_equal_output_after_checkpoint(
     """Asserts that restoring ``ds``'s iterator anywhere reproduces its output.
 
     Args:
-      ds: a MapDataset or IterDataset.
+      ds: a MapDataset, IterDataset or DataLoader (whose states are JSON bytes).
       max_steps: elements to check (``None``: the whole dataset).
       restore_points: how many saved states to restore from (``None``: all).
       epochs: also check ``RepeatIterDataset(ds, epochs)`` when above 1.
@@ -67,11 +76,11 @@ def assert_equal_output_after_checkpoint(
     >>> from chute import MapDataset
     >>> assert_equal_output_after_checkpoint(MapDataset.range(6).shuffle(seed=1).batch(4))
     """
-    _check(ds, max_steps, restore_points)
-    if epochs > 1:
-        from chute._core.dataset import MapDataset
-        from chute._stages.repeat import RepeatIterDataset
+    from chute._core.dataset import IterDataset, MapDataset
+    from chute._stages.repeat import RepeatIterDataset
 
+    _check(ds, max_steps, restore_points)
+    if epochs > 1 and isinstance(ds, (MapDataset, IterDataset)):
         iter_ds: Any = ds.to_iter_dataset() if isinstance(ds, MapDataset) else ds
         steps = None if max_steps is None else max_steps * epochs
         _check(RepeatIterDataset(iter_ds, epochs), steps, restore_points)
@@ -84,15 +93,15 @@ def _check(ds: Iterable[Any], max_steps: int | None, restore_points: int | None)
     for k, state in enumerate(states):
         if _shape(state) != shape:
             raise AssertionError(f"the state's shape changed at step {k}: {state} vs {states[0]}")
-        if json.loads(json.dumps(state)) != state:
-            raise AssertionError(f"the state at step {k} does not survive JSON: {state}")
+        if _saved(state) != state:
+            raise AssertionError(f"the state at step {k} does not survive JSON: {state!r}")
     steps = list(range(len(states)))
     if restore_points is not None and restore_points < len(steps):
         picks = np.linspace(0, len(steps) - 1, restore_points).round().astype(int)
         steps = sorted(set(picks.tolist()))
     for k in steps:
         fresh: Any = iter(ds)
-        fresh.set_state(json.loads(json.dumps(states[k])))
+        fresh.set_state(_saved(states[k]))
         got, _ = _run(fresh, None if max_steps is None else max_steps - k)
         if not _equal(got, expected[k:]):
             raise AssertionError(
