@@ -18,7 +18,6 @@ Run through ``bash benchmarks/run core``; see README.md.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
@@ -382,62 +381,7 @@ def main() -> int:
         rows,
         right={3, 4, 5, 6, 7},
     )
-    print()
-    ratio_rows = []
-    all_ratios = [r for res in results for r in res["ratios"]]
-    for r in all_ratios:
-        ratio_rows.append(
-            [
-                r.label,
-                f"{r.value():.2f}x" if r.value() else "-",
-                f">= {r.target:g}x" if r.target is not None else "",
-                r.result(),
-            ]
-        )
-    common.print_table(["ratio (median rates)", "value", "target", "result"], ratio_rows, {1, 2})
-    total = time.perf_counter() - started
-    load = common.load_average()
-    print(f"\ntotal {total:.1f} s" + (f"; load average at the end {load:.1f}" if load else ""))
-
-    failed = [
-        f"{res['name']} {i.name}: {i.error or i.check}"
-        for res in results
-        for i in res["impls"]
-        if i.error or i.check not in ("ok", "reference")
-    ]
-    for line in failed:
-        print(f"PROBLEM: {line}")
-
-    common.write_json(
-        args.json,
-        {
-            "benchmark": "core",
-            "environment": env,
-            "method": {
-                "warmup_runs": 1,
-                "timed_runs": args.repeats,
-                "statistic": "median run time (best kept as rate_best)",
-                "alternating": True,
-                "first_batch_trials": 3,
-            },
-            "total_seconds": total,
-            "results": [
-                {
-                    "name": res["name"],
-                    "description": res["description"],
-                    "unit": res["unit"],
-                    "seconds": res["seconds"],
-                    "impls": {i.name: i.to_json() for i in res["impls"]},
-                    "ratios": [r.to_json() for r in res["ratios"]],
-                }
-                for res in results
-            ],
-        },
-    )
-    sys.stdout.flush()
-    if any(i.error and "TimeoutError" in i.error for res in results for i in res["impls"]):
-        os._exit(1)  # a hung run may leave threads that would block interpreter exit
-    return 1 if failed else 0
+    return common.finish("core", args, env, started, results)
 
 
 if __name__ == "__main__":

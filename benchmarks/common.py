@@ -390,3 +390,69 @@ def write_json(path: str | None, data: dict[str, Any]) -> None:
         json.dump(data, f, indent=2, default=str)
         f.write("\n")
     print(f"results written to {os.path.relpath(path)}")
+
+
+def finish(
+    benchmark: str,
+    args: argparse.Namespace,
+    env: dict[str, Any],
+    started: float,
+    results: list[dict[str, Any]],
+) -> int:
+    """Prints the ratio table, totals and problems, writes the JSON; the exit status.
+
+    Each result holds ``name``, ``description``, ``unit``, ``seconds``, ``impls``
+    and ``ratios``; any other keys go into the JSON as they are.
+    """
+    print()
+    ratio_rows = [
+        [
+            r.label,
+            f"{r.value():.2f}x" if r.value() else "-",
+            f">= {r.target:g}x" if r.target is not None else "",
+            r.result(),
+        ]
+        for res in results
+        for r in res["ratios"]
+    ]
+    print_table(["ratio (median rates)", "value", "target", "result"], ratio_rows, {1, 2})
+    total = time.perf_counter() - started
+    load = load_average()
+    print(f"\ntotal {total:.1f} s" + (f"; load average at the end {load:.1f}" if load else ""))
+    impls = [(res["name"], i) for res in results for i in res["impls"]]
+    failed = [
+        f"{name} {i.name}: {i.error or i.check}"
+        for name, i in impls
+        if i.error or i.check not in ("ok", "reference")
+    ]
+    for line in failed:
+        print(f"PROBLEM: {line}")
+    standard = {"name", "description", "unit", "seconds", "impls", "ratios"}
+    write_json(
+        args.json,
+        {
+            "benchmark": benchmark,
+            "environment": env,
+            "method": {
+                "warmup_runs": 1,
+                "timed_runs": args.repeats,
+                "statistic": "median run time (best kept as rate_best)",
+                "alternating": True,
+                "first_batch_trials": 3,
+            },
+            "total_seconds": total,
+            "results": [
+                {
+                    **{k: res[k] for k in ("name", "description", "unit", "seconds")},
+                    **{k: v for k, v in res.items() if k not in standard},
+                    "impls": {i.name: i.to_json() for i in res["impls"]},
+                    "ratios": [r.to_json() for r in res["ratios"]],
+                }
+                for res in results
+            ],
+        },
+    )
+    sys.stdout.flush()
+    if any(i.error and "TimeoutError" in i.error for _, i in impls):
+        os._exit(1)  # a hung run may leave threads that would block interpreter exit
+    return 1 if failed else 0
