@@ -9,7 +9,7 @@ the same elements in the same order, and faster.
 [[1, 7, 6, 9], [0, 8, 4, 5], [3, 2]]
 """
 
-from chute import experimental, samplers, sharding, sources, transforms
+from chute import experimental, multiprocessing, samplers, sharding, sources, transforms
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.errors import (
     CheckpointError,
@@ -17,7 +17,7 @@ from chute._core.errors import (
     ErrorBudgetExceededError,
     IteratorClosedError,
 )
-from chute._core.options import ReadOptions
+from chute._core.options import MultiprocessingOptions, ReadOptions
 from chute._core.transforms import Batch
 from chute._core.transforms import Filter as FilterTransform
 from chute._core.transforms import Map as MapTransform
@@ -59,6 +59,7 @@ __all__ = [
     "MapOperation",
     "MapTransform",
     "MapWithIndexTransform",
+    "MultiprocessingOptions",
     "NoSharding",
     "RandomAccessDataSource",
     "RandomMapOperation",
@@ -73,6 +74,7 @@ __all__ = [
     "SharedMemoryDataSource",
     "experimental",
     "load",
+    "multiprocessing",
     "samplers",
     "sharding",
     "sources",

@@ -28,7 +28,7 @@ from chute._core.seeding import check_seed
 from chute._core.transforms import Batch, Filter, FlatMap, Map, MapWithIndex, RandomMap
 
 if TYPE_CHECKING:
-    from chute._core.options import ReadOptions
+    from chute._core.options import MultiprocessingOptions, ReadOptions
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -309,6 +309,19 @@ class IterDataset(_Node, Generic[T], metaclass=_CheckedInit):
     ) -> IterDataset[S]:
         """Applies ``transform(element, rng)`` with a per-element reproducible RNG."""
         return _s.map.RandomMapIterDataset(self, transform, seed=seed)
+
+    def mp_prefetch(
+        self,
+        options: MultiprocessingOptions | None = None,
+        worker_init_fn: Callable[[int, int], None] | None = None,
+        sequential_slice: bool = False,
+    ) -> IterDataset[T]:
+        """Runs this pipeline in worker processes (see ``MultiprocessingOptions``)."""
+        return _s.mp_prefetch.mp_prefetch(self, options, worker_init_fn, sequential_slice)
+
+    def prefetch(self, options: MultiprocessingOptions) -> IterDataset[T]:
+        """Deprecated: use ``mp_prefetch``."""
+        return _s.mp_prefetch.prefetch(self, options)
 
 
 # The stage modules subclass the classes above, so they are imported last.

@@ -30,3 +30,24 @@ class ReadOptions:
         check_int(self.prefetch_buffer_size, "ReadOptions: prefetch_buffer_size", minimum=0)
         if not isinstance(self.autotune, bool):
             raise TypeError(f"ReadOptions: autotune must be a bool (got {self.autotune!r}).")
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiprocessingOptions:
+    """How ``mp_prefetch`` (and ``DataLoader(worker_count=...)``) use worker processes.
+
+    Attributes:
+      num_workers: worker processes; 0 runs the pipeline in this process.
+      per_worker_buffer_size: elements each worker may produce ahead.
+      enable_profiling: accepted for compatibility; chute logs nothing extra.
+    """
+
+    num_workers: int = 0
+    per_worker_buffer_size: int = 1
+    enable_profiling: bool = False
+
+    def __post_init__(self) -> None:
+        check_int(self.num_workers, "MultiprocessingOptions: num_workers", minimum=0)
+        check_int(
+            self.per_worker_buffer_size, "MultiprocessingOptions: per_worker_buffer_size", minimum=1
+        )

@@ -9,6 +9,7 @@ from chute._stages import (  # noqa: F401
     map,
     mix,
     mix_iter,
+    mp_prefetch,
     prefetch,
     rebatch,
     repeat,

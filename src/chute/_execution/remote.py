@@ -1,0 +1,191 @@
+"""``RemoteIterator``: a dataset iterator that runs in a worker process.
+
+The worker iterates its dataset and sends, for every element, the element
+and its iterator's state right after producing it; the parent's
+``get_state()`` is therefore the state of the last element it *received*,
+and a restore starts a worker from exactly there.  The parent grants the
+worker credits, one per element it may produce ahead, so at most
+``buffer_size`` elements wait in the pipe.
+
+An exception in the worker reaches the parent as the same exception type
+with the worker's traceback in a note; the worker carries on with the
+following element, as an inline iterator would.  A worker that dies (killed
+by the OS, out of memory) raises ``WorkerDiedError`` at once, never a hang.
+"""
+
+from __future__ import annotations
+
+import pickle
+import weakref
+from typing import Any
+
+import cloudpickle
+
+from chute._core.errors import ChuteError, closed_error
+from chute._core.iterator import DatasetIterator
+from chute._execution import processes
+
+
+class WorkerDiedError(ChuteError, RuntimeError):
+    """A worker process ended without being asked to (killed, out of memory, crashed)."""
+
+
+_ITEM, _ERROR, _END, _READY, _FAILED = "item", "error", "end", "ready", "failed"
+
+
+def _worker_main(payload: bytes, results: Any, credits: Any, index: int, count: int) -> None:
+    """The worker's loop: one credit in, one element (or error, or end) out."""
+    processes.ignore_interrupts()
+    try:
+        dataset, state, init_fn = cloudpickle.loads(payload)
+        if init_fn is not None:
+            init_fn(index, count)
+        it = iter(dataset)
+        if state is not None:
+            it.set_state(state)
+        ready = pickle.dumps((_READY, None, it.get_state()), protocol=5)
+    except Exception as exc:  # report why this worker cannot start, then stop
+        results.send_bytes(
+            pickle.dumps((_FAILED, processes.exception_message(exc), {}), protocol=5)
+        )
+        return
+    results.send_bytes(ready)
+    try:
+        while credits.recv_bytes():
+            try:
+                x = next(it)
+            except StopIteration:
+                results.send_bytes(pickle.dumps((_END, None, it.get_state()), protocol=5))
+                return
+            except Exception as exc:
+                message = (_ERROR, processes.exception_message(exc), it.get_state())
+                results.send_bytes(pickle.dumps(message, protocol=5))
+                continue
+            results.send_bytes(pickle.dumps((_ITEM, x, it.get_state()), protocol=5))
+    except (EOFError, BrokenPipeError, OSError):
+        return  # the parent closed our pipes: stop quietly
+    finally:
+        it.close()
+
+
+def _stop(process: Any, pipes: list[Any]) -> None:
+    for conn in pipes:
+        conn.close()
+    process.join(timeout=5)
+    if process.is_alive():
+        process.kill()
+        process.join(timeout=5)
+
+
+class RemoteIterator(DatasetIterator[Any]):
+    """Iterates ``dataset`` in a worker process (worker ``index`` of ``count``)."""
+
+    _stage = "remote"
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        index: int = 0,
+        count: int = 1,
+        buffer_size: int = 1,
+        worker_init_fn: Any = None,
+    ) -> None:
+        super().__init__()
+        self._dataset, self._index, self._count = dataset, index, count
+        self._buffer_size, self._init_fn = max(1, buffer_size), worker_init_fn
+        self._state_now: dict[str, Any] | None = None
+        self._ended = False
+        self._launch(None)
+
+    def _launch(self, state: dict[str, Any] | None) -> None:
+        ctx = processes.context()
+        receive, send = ctx.Pipe(duplex=False)
+        credit_in, credit_out = ctx.Pipe(duplex=False)
+        payload = processes.dumps((self._dataset, state, self._init_fn))
+        self._process = processes.start(
+            _worker_main,
+            (payload, send, credit_in, self._index, self._count),
+            name=f"chute-worker-{self._index}",
+        )
+        send.close()
+        credit_in.close()
+        self._results, self._credits = receive, credit_out
+        self._finalizer = weakref.finalize(self, _stop, self._process, [receive, credit_out])
+        self._ended = False
+        self._state_now = None  # set by the worker's READY message
+        for _ in range(self._buffer_size):
+            self._credits.send_bytes(b"1")
+
+    def _receive(self) -> tuple[str, Any, dict[str, Any]]:
+        message = self._receive_one()
+        if message[0] == _READY:
+            self._state_now = message[2]
+            message = self._receive_one()
+        return message
+
+    def _receive_one(self) -> tuple[str, Any, dict[str, Any]]:
+        if self._closed:
+            raise closed_error("RemoteIterator")
+        if not processes.wait_for(self._results, self._process):
+            raise self._died()
+        try:
+            message = pickle.loads(self._results.recv_bytes())
+        except EOFError:
+            raise self._died() from None
+        if message[0] == _FAILED:
+            exc = _rebuild(message[1], self._index)
+            raise WorkerDiedError(
+                f"chute worker {self._index} of {self._count} could not start: "
+                f"{type(exc).__name__}: {exc}. Everything the pipeline uses must be picklable "
+                "and importable in a fresh process (see the traceback in the note)."
+            ) from exc
+        return message
+
+    def _died(self) -> WorkerDiedError:
+        self._process.join(timeout=1)
+        return WorkerDiedError(
+            f"chute worker {self._index} of {self._count} (pid {self._process.pid}) died with "
+            f"exit code {self._process.exitcode} (a negative code is the signal that killed it, "
+            "e.g. -9 when the system ran out of memory). Restore the last state to go on."
+        )
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        kind, value, state = self._receive()
+        self._state_now = state
+        if kind == _END:
+            self._ended = True
+            raise StopIteration
+        self._credits.send_bytes(b"1")
+        if kind == _ERROR:
+            raise _rebuild(value, self._index)
+        return value
+
+    def get_state(self) -> dict[str, Any]:
+        if self._state_now is None:
+            self._state_now = self._receive_one()[2]  # the worker's READY message
+        return self._state_now
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._finalizer()
+        self._launch(state)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._finalizer()
+        self._closed = True
+
+
+def _rebuild(value: tuple[bytes | None, str], worker: int) -> BaseException:
+    pickled, text = value
+    exc: BaseException
+    try:
+        exc = cloudpickle.loads(pickled) if pickled is not None else RuntimeError(text)
+    except Exception:
+        exc = RuntimeError(text)
+    note = f"chute: raised in worker process {worker}; the worker's traceback:\n{text}"
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    return exc

@@ -1,0 +1,60 @@
+"""Reading several iterators in turn, as Grain reads its workers.
+
+Iterator ``k`` yields the ``k``-th element of every round; iterators that
+run out are skipped, and the whole ends when all have.  A failing ``next()``
+keeps the turn, so the next call asks the same iterator again: the output is
+the error-free output with the failed element left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from chute._core.errors import CheckpointError
+from chute._core.iterator import DatasetIterator
+
+
+class RoundRobinIterator(DatasetIterator[Any]):
+    """Round-robin over ``iterators``; its state nests theirs."""
+
+    _stage = "round_robin"
+
+    def __init__(self, iterators: Sequence[DatasetIterator[Any]]) -> None:
+        super().__init__(list(iterators))
+        self._turn = 0
+        self._exhausted = [False] * len(self._parents)
+
+    def __next__(self) -> Any:
+        count = len(self._parents)
+        for _ in range(count):
+            w = self._turn
+            if not self._exhausted[w]:
+                try:
+                    element = next(self._parents[w])
+                except StopIteration:
+                    self._exhausted[w] = True
+                else:
+                    self._turn = (w + 1) % count
+                    return element
+            self._turn = (w + 1) % count
+        raise StopIteration
+
+    def get_state(self) -> dict[str, Any]:
+        return self._state(
+            workers=[it.get_state() for it in self._parents],
+            turn=self._turn,
+            exhausted=list(self._exhausted),
+        )
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "workers", "turn", "exhausted")
+        if len(state["workers"]) != len(self._parents):
+            raise CheckpointError(
+                f"this checkpoint holds {len(state['workers'])} worker states but there are "
+                f"{len(self._parents)} workers now."
+            )
+        for it, worker_state in zip(self._parents, state["workers"]):
+            it.set_state(worker_state)
+        self._turn = int(state["turn"])
+        self._exhausted = [bool(x) for x in state["exhausted"]]

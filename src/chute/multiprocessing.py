@@ -1,0 +1,5 @@
+"""Worker-process options (``grain.multiprocessing``)."""
+
+from chute._core.options import MultiprocessingOptions
+
+__all__ = ["MultiprocessingOptions"]

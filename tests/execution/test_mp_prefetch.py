@@ -1,0 +1,212 @@
+"""mp_prefetch: Grain's order, lambdas, errors, killed workers, lifecycle, checkpoints."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import cloudpickle
+import pytest
+
+import chute as grain
+from chute import MultiprocessingOptions
+from chute._execution.remote import WorkerDiedError
+from chute.experimental import assert_equal_output_after_checkpoint, skip_errors
+
+# Workers import functions by module name; this test module is not importable there.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def pipeline() -> grain.IterDataset[Any]:
+    return (
+        grain.MapDataset.range(20)
+        .seed(3)
+        .shuffle()
+        .map(lambda x: x * 2)
+        .filter(lambda x: x % 3)
+        .to_iter_dataset()
+        .batch(3)
+    )
+
+
+def batches(ds: Any) -> list[list[int]]:
+    return [b.tolist() for b in ds]
+
+
+# Grain 0.2.18's outputs for the same pipelines.
+GRAIN_ORDER = {
+    1: [[8, 34, 32], [14, 10, 38], [4, 26, 28], [16, 22, 20], [2]],
+    2: [[8, 32, 10], [34, 14, 38], [4, 28, 22], [26, 16, 20], [2]],
+    3: [[8, 14, 28], [34, 10, 38], [32, 26, 22], [20, 2], [4, 16]],
+}
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_order_equals_grains(workers: int) -> None:
+    assert (
+        batches(pipeline().mp_prefetch(MultiprocessingOptions(num_workers=workers)))
+        == GRAIN_ORDER[workers]
+    )
+
+
+def test_sequential_slices_give_contiguous_blocks() -> None:
+    ds = (
+        grain.MapDataset.range(20)
+        .map(lambda x: x * 2)
+        .filter(lambda x: x % 3)
+        .to_iter_dataset()
+        .batch(3)
+    )
+    two = ds.mp_prefetch(MultiprocessingOptions(num_workers=2), sequential_slice=True)
+    assert batches(two) == [[2, 4, 8], [20, 22, 26], [10, 14, 16], [28, 32, 34], [38]]  # as Grain
+
+
+def test_no_workers_is_a_no_op_and_prefetch_is_deprecated() -> None:
+    ds = pipeline()
+    assert ds.mp_prefetch(MultiprocessingOptions()) is ds
+    with pytest.warns(DeprecationWarning, match="use IterDataset.mp_prefetch"):
+        assert ds.prefetch(MultiprocessingOptions()) is ds
+
+
+def test_worker_init_fn_runs_in_each_worker() -> None:
+    def init(index: int, count: int) -> None:
+        os.environ["CHUTE_TEST_WORKER"] = f"{index}/{count}"
+
+    ds = (
+        grain.MapDataset.range(4)
+        .to_iter_dataset()
+        .map(lambda x: (x, os.environ["CHUTE_TEST_WORKER"]))
+    )
+    out = list(ds.mp_prefetch(MultiprocessingOptions(num_workers=2), worker_init_fn=init))
+    assert out == [(0, "0/2"), (1, "1/2"), (2, "0/2"), (3, "1/2")]
+
+
+def test_bad_arguments_fail_when_building() -> None:
+    with pytest.raises(TypeError, match="takes a chute.MultiprocessingOptions"):
+        pipeline().mp_prefetch({"num_workers": 2})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="num_workers must be >= 0"):
+        MultiprocessingOptions(num_workers=-1)
+    with pytest.raises(TypeError, match="worker_init_fn must be callable"):
+        pipeline().mp_prefetch(MultiprocessingOptions(num_workers=2), worker_init_fn=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="does not read a MapDataset"):
+        grain.experimental.RepeatIterDataset(_Endless()).mp_prefetch(
+            MultiprocessingOptions(num_workers=2)
+        )
+
+
+class _Endless(grain.IterDataset[int]):
+    def __iter__(self) -> Any:
+        return iter(grain.MapDataset.range(3).to_iter_dataset())
+
+
+def test_checkpoints_restore_exactly() -> None:
+    ds = grain.MapDataset.range(12).seed(1).shuffle().to_iter_dataset().batch(2)
+    assert_equal_output_after_checkpoint(
+        ds.mp_prefetch(MultiprocessingOptions(num_workers=2)), epochs=1
+    )
+
+
+def fragile(x: int) -> int:
+    if x in (5, 8):
+        raise KeyError(f"record {x} is missing")
+    return x
+
+
+def test_worker_errors_reach_the_parent_and_nothing_else_is_lost() -> None:
+    ds = grain.MapDataset.range(12).map(fragile).to_iter_dataset()
+    it = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
+    values, errors = [], []
+    while True:
+        try:
+            values.append(next(it))
+        except StopIteration:
+            break
+        except KeyError as exc:
+            errors.append(exc)
+    assert sorted(values) == [x for x in range(12) if x not in (5, 8)]
+    assert len(errors) == 2
+    notes = "\n".join(errors[0].__notes__)
+    assert "map(fragile)" in notes and "element index" in notes
+    assert "worker process" in notes and "Traceback" in notes and "fragile" in notes
+
+
+def test_error_budget_works_across_workers() -> None:
+    ds = grain.MapDataset.range(12).map(fragile).to_iter_dataset()
+    it = iter(skip_errors(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)), max_errors=2))
+    assert sorted(it) == [x for x in range(12) if x not in (5, 8)]
+    assert len(it.skipped) == 2
+
+
+def test_a_killed_worker_raises_instead_of_hanging() -> None:
+    ds = grain.MapDataset.range(1000).to_iter_dataset()
+    it = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
+    next(it)
+    victim = it._parents[1]._process
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(timeout=10)
+    with pytest.raises(WorkerDiedError, match=r"worker 1 of 2 .* died with exit code -9"):
+        for _ in range(10):
+            next(it)
+    it.close()
+
+
+def _worker_processes(it: Any) -> list[Any]:
+    return [w._process for w in it._parents]
+
+
+def test_close_and_garbage_collection_stop_the_workers() -> None:
+    ds = pipeline().mp_prefetch(MultiprocessingOptions(num_workers=2))
+    it = iter(ds)
+    next(it)
+    processes = _worker_processes(it)
+    it.close()
+    assert all(not p.is_alive() for p in processes)
+    with pytest.raises(grain.IteratorClosedError):
+        next(it)
+    it = iter(ds)
+    next(it)
+    processes = _worker_processes(it)
+    del it
+    gc.collect()
+    for p in processes:
+        p.join(timeout=10)
+    assert all(not p.is_alive() for p in processes)
+
+
+SCRIPT = """
+import chute as grain
+ds = grain.MapDataset.range(100).map(lambda x: x + 1).to_iter_dataset().batch(10)
+for i, batch in enumerate(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))):
+    if i == 2:
+        print("broke out at", batch.tolist()[:2])
+        break
+"""
+
+
+def test_a_script_without_main_guard_just_works_and_exits_cleanly(tmp_path: Any) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    before = set(os.listdir("/dev/shm"))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "broke out at [21, 23]"
+    assert "leaked" not in done.stderr and "Traceback" not in done.stderr
+    assert set(os.listdir("/dev/shm")) <= before
+
+
+def test_a_worker_that_cannot_start_says_why() -> None:
+    def init(index: int, count: int) -> None:
+        raise RuntimeError(f"no GPU for worker {index}")
+
+    ds = grain.MapDataset.range(4).to_iter_dataset()
+    it = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2), worker_init_fn=init))
+    with pytest.raises(
+        WorkerDiedError, match=r"worker 0 of 2 could not start: RuntimeError: no GPU"
+    ):
+        next(it)
+    it.close()
