@@ -18,3 +18,12 @@ READ_MODES = {
 def read_options(request: pytest.FixtureRequest) -> ReadOptions:
     """Read options for each execution mode; tests that care take this fixture."""
     return READ_MODES[request.param]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _ship_test_module_to_workers(request: pytest.FixtureRequest) -> None:
+    """Worker processes import functions by module name, and test modules are not
+    importable there; cloudpickle sends their functions and classes by value instead."""
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(request.module)

@@ -10,16 +10,12 @@ import sys
 import textwrap
 from typing import Any
 
-import cloudpickle
 import pytest
 
 import chute as grain
 from chute import MultiprocessingOptions
 from chute._execution.remote import WorkerDiedError
 from chute.experimental import assert_equal_output_after_checkpoint, skip_errors
-
-# Workers import functions by module name; this test module is not importable there.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 def pipeline() -> grain.IterDataset[Any]:

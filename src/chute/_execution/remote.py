@@ -90,13 +90,14 @@ class RemoteIterator(DatasetIterator[Any]):
         count: int = 1,
         buffer_size: int = 1,
         worker_init_fn: Any = None,
+        state: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self._dataset, self._index, self._count = dataset, index, count
         self._buffer_size, self._init_fn = max(1, buffer_size), worker_init_fn
         self._state_now: dict[str, Any] | None = None
         self._ended = False
-        self._launch(None)
+        self._launch(state)
 
     def _launch(self, state: dict[str, Any] | None) -> None:
         ctx = processes.context()

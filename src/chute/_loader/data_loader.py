@@ -26,10 +26,12 @@ from chute._core.errors import CheckpointError, closed_error
 from chute._core.options import ReadOptions
 from chute._core.transforms import TRANSFORM_TYPES, Batch, FlatMap
 from chute._core.validate import check_int
+from chute._execution.remote import RemoteIterator
+from chute._execution.round_robin import RoundRobinIterator
 from chute._loader.pipeline import Stream, worker_dataset
 from chute._loader.samplers import IndexSampler
 from chute._loader.sharding import NoSharding, ShardOptions
-from chute._stages.prefetch import get_next_index
+from chute._stages.prefetch import next_index_in_state
 from chute._stages.source import SourceMapDataset
 
 STATE_VERSION = 1
@@ -177,27 +179,39 @@ class DataLoaderIterator:
         self._closed = False
         self._start(Stream((), 0, loader._length()), max(1, loader._worker_count))
 
-    def _start(self, stream: Stream, workers: int) -> None:
+    def _start(self, stream: Stream, workers: int, saved: dict[str, Any] | None = None) -> None:
+        """Starts ``workers`` workers over ``stream`` (inline, or in processes), maybe restored."""
         loader = self._loader
         self._stream = stream
-        self._workers = [
-            iter(
-                worker_dataset(
-                    stream,
-                    w,
-                    workers,
-                    loader._sampler,
-                    loader._source,
-                    loader._operations,
-                    loader._read_options,
-                    loader._seed,
-                    loader._shard,
-                )
+        datasets = [
+            worker_dataset(
+                stream,
+                w,
+                workers,
+                loader._sampler,
+                loader._source,
+                loader._operations,
+                loader._read_options,
+                loader._seed,
+                loader._shard,
             )
             for w in range(workers)
         ]
-        self._exhausted = [False] * workers
-        self._turn = 0
+        states = saved["workers"] if saved is not None else [None] * workers
+        if loader._worker_count:
+            iterators: list[Any] = [
+                RemoteIterator(ds, index=w, count=workers, buffer_size=loader._buffer_size, state=s)
+                for w, (ds, s) in enumerate(zip(datasets, states))
+            ]
+        else:
+            iterators = [iter(ds) for ds in datasets]
+            for it, s in zip(iterators, states):
+                if s is not None:
+                    it.set_state(s)
+        self._workers = RoundRobinIterator(iterators)
+        if saved is not None:
+            self._workers._turn = int(saved["turn"])
+            self._workers._exhausted = [bool(x) for x in saved["exhausted"]]
 
     def __iter__(self) -> DataLoaderIterator:
         return self
@@ -205,42 +219,25 @@ class DataLoaderIterator:
     def __next__(self) -> Any:
         if self._closed:
             raise closed_error("DataLoaderIterator")
-        count = len(self._workers)
-        for _ in range(count):
-            w = self._turn
-            if not self._exhausted[w]:
-                try:
-                    element = next(self._workers[w])
-                except StopIteration:
-                    self._exhausted[w] = True
-                else:
-                    self._turn = (w + 1) % count
-                    return element
-            self._turn = (w + 1) % count
-        raise StopIteration
+        return next(self._workers)
 
     # -- checkpoints -----------------------------------------------------------------
 
     def get_state(self) -> bytes:
-        states = [it.get_state() for it in self._workers]
+        workers = self._workers.get_state()
+        states = workers["workers"]
         state = {
             "version": STATE_VERSION,
-            "worker_count": len(self._workers),
-            "turn": self._turn,
-            "exhausted": list(self._exhausted),
+            "worker_count": len(states),
+            "turn": workers["turn"],
+            "exhausted": workers["exhausted"],
             "stream": {"pending": list(self._stream.pending), "tail": self._stream.tail},
-            "positions": self._positions(states),
+            "positions": _positions(states),
             "workers": states,
             "sampler": repr(self._loader._sampler),
             "data_source": _describe_source(self._loader._data_source),
         }
         return json.dumps(state).encode()
-
-    def _positions(self, states: list[dict[str, Any]]) -> list[int] | None:
-        """Stream positions each worker has consumed, if all are whole elements."""
-        if any(_mid_batch(s) for s in states):
-            return None
-        return [get_next_index(it) for it in self._workers]
 
     def set_state(self, state: bytes | str) -> None:
         saved = self._parse(state)
@@ -249,11 +246,8 @@ class DataLoaderIterator:
         )
         workers = max(1, self._loader._worker_count)
         if saved["worker_count"] == workers:
-            self._close_workers()
-            self._start(stream, workers)
-            for it, worker_state in zip(self._workers, saved["workers"]):
-                it.set_state(worker_state)
-            self._turn, self._exhausted = int(saved["turn"]), [bool(x) for x in saved["exhausted"]]
+            self._workers.close()
+            self._start(stream, workers, saved)
             return
         problem = self._loader._relayout_problem()
         if problem is None and saved["positions"] is None:
@@ -264,7 +258,7 @@ class DataLoaderIterator:
                 f"restored into a DataLoader with worker_count={self._loader._worker_count}: "
                 f"{problem}. Restore it with the saved worker count."
             )
-        self._close_workers()
+        self._workers.close()
         self._start(relayout(stream, saved["worker_count"], saved["positions"]), workers)
 
     def _parse(self, state: bytes | str) -> dict[str, Any]:
@@ -293,21 +287,24 @@ class DataLoaderIterator:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def _close_workers(self) -> None:
-        for it in self._workers:
-            it.close()
-
     def close(self) -> None:
-        """Stops the workers' threads; ``next()`` afterwards raises."""
+        """Stops the workers (threads and processes); ``next()`` afterwards raises."""
         if not self._closed:
             self._closed = True
-            self._close_workers()
+            self._workers.close()
 
     def __enter__(self) -> DataLoaderIterator:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _positions(states: list[dict[str, Any]]) -> list[int] | None:
+    """Stream positions each worker has consumed, if all are whole elements."""
+    if any(_mid_batch(s) for s in states):
+        return None
+    return [next_index_in_state(s) for s in states]
 
 
 def _mid_batch(state: Any) -> bool:

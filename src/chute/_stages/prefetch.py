@@ -264,3 +264,13 @@ def set_next_index(iterator: DatasetIterator[Any], index: int) -> None:
     """Moves the iterator so that it next reads MapDataset element ``index``."""
     owner = _index_owner(iterator)
     owner.set_state(owner._state(next_index=index))
+
+
+def next_index_in_state(state: dict[str, Any]) -> int:
+    """The ``to_iter_dataset`` position inside a saved state of a single chain of stages."""
+    node: Any = state
+    while isinstance(node, dict) and node.get("stage") != _PrefetchIterator._stage:
+        node = node.get("parent")
+    if not isinstance(node, dict):
+        raise ValueError("this state does not come from a single chain over to_iter_dataset().")
+    return int(node["next_index"])

@@ -1,0 +1,219 @@
+"""``ThreadPrefetchIterDataset``: one background thread reads the parent ahead.
+
+The thread fills a bounded buffer with the parent's elements, each with the
+parent's state right after it, so a checkpoint is the parent's state after the
+last element *returned*, never after the ones still buffered.  An exception the
+parent raises travels through the buffer in its place and is raised, the very
+same object, by the ``next()`` that reaches it; the following ``next()`` goes
+on with the next element.
+
+The thread stops on ``close()``, ``set_state()``, at the end of the data, when
+the iterator is garbage collected (a ``break`` out of a ``for`` loop, an
+exception in its body) and at interpreter exit.  It is a daemon thread and
+never refers to the iterator, and a stop wakes it at once even when the buffer
+is full.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import weakref
+from typing import Any
+
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.errors import closed_error
+from chute._core.validate import check_int
+
+# What the thread hands over with each entry: (kind, value, parent state after it).
+_VALUE, _ERROR, _END, _FATAL = "value", "error", "end", "fatal"
+
+
+class ThreadPrefetchIterDataset(IterDataset[Any]):
+    """Reads ``parent`` ahead on a background thread into a bounded buffer.
+
+    Args:
+      parent: the IterDataset to read (a MapDataset is read in order through
+        ``to_iter_dataset()``).
+      prefetch_buffer_size: how many elements to read ahead; ``0`` reads
+        inline, with no thread.
+
+    >>> from chute import MapDataset
+    >>> ds = MapDataset.range(5).map(lambda x: x * 2)
+    >>> list(ThreadPrefetchIterDataset(ds, prefetch_buffer_size=2))
+    [0, 2, 4, 6, 8]
+    """
+
+    def __init__(
+        self, parent: IterDataset[Any] | MapDataset[Any], *, prefetch_buffer_size: int
+    ) -> None:
+        if isinstance(parent, MapDataset):
+            parent = parent.to_iter_dataset()
+        if not isinstance(parent, IterDataset):
+            raise TypeError(
+                "ThreadPrefetchIterDataset reads an IterDataset or a MapDataset (got "
+                f"{parent!r} that is a {type(parent).__name__})."
+            )
+        super().__init__(parent)
+        self._buffer_size = check_int(
+            prefetch_buffer_size, "ThreadPrefetchIterDataset: prefetch_buffer_size", minimum=0
+        )
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _ThreadPrefetchIterator(iter(self._parent), self._buffer_size)
+
+    def _describe(self) -> str:
+        return f"{self._parent!r}, prefetch_buffer_size={self._buffer_size}"
+
+
+class _Buffer:
+    """The bounded hand-over between one thread and the consumer.
+
+    It holds no reference to the iterator, so the iterator can be garbage
+    collected while its thread runs; ``stop()`` wakes both sides at once.
+    """
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._items: collections.deque[tuple[str, Any, Any]] = collections.deque()
+        self._cond = threading.Condition()
+        self._stopped = False
+
+    def put(self, item: tuple[str, Any, Any]) -> bool:
+        """Waits for room and appends ``item``; ``False`` once stopped."""
+        with self._cond:
+            while len(self._items) >= self._size and not self._stopped:
+                self._cond.wait()
+            if self._stopped:
+                return False
+            self._items.append(item)
+            self._cond.notify()
+            return True
+
+    def get(self) -> tuple[str, Any, Any] | None:
+        """Waits for the next entry; ``None`` once stopped."""
+        with self._cond:
+            while not self._items and not self._stopped:
+                self._cond.wait()
+            if self._stopped:
+                return None
+            item = self._items.popleft()
+            self._cond.notify()
+            return item
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._items.clear()
+            self._cond.notify_all()
+
+
+def _produce(parent: DatasetIterator[Any], buffer: _Buffer) -> None:
+    """The thread's loop: reads ``parent`` into ``buffer`` until the end or a stop."""
+    try:
+        while _step(parent, buffer):
+            pass
+    except BaseException as exc:  # not from a parent's next(): hand it over, then end
+        buffer.put((_FATAL, exc, None))
+
+
+def _step(parent: DatasetIterator[Any], buffer: _Buffer) -> bool:
+    try:
+        value = next(parent)
+    except StopIteration:
+        buffer.put((_END, None, parent.get_state()))
+        return False
+    except Exception as exc:  # ``exc`` is unbound on return: no cycle through this frame
+        return buffer.put((_ERROR, exc, parent.get_state()))
+    return buffer.put((_VALUE, value, parent.get_state()))
+
+
+class _ThreadPrefetchIterator(DatasetIterator[Any]):
+    _stage = "thread_prefetch"
+
+    def __init__(self, parent: DatasetIterator[Any], buffer_size: int) -> None:
+        super().__init__(parent)
+        self._size = buffer_size
+        self._parent_state: dict[str, Any] = parent.get_state()
+        self._buffer: _Buffer | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: weakref.finalize | None = None
+        self._exhausted = False
+
+    def __next__(self) -> Any:
+        if self._closed:
+            self._raise_closed()
+        if not self._size:
+            return next(self._parent)
+        if self._exhausted:
+            raise StopIteration
+        buffer = self._buffer if self._buffer is not None else self._start_thread()
+        item = buffer.get()
+        if item is None:  # closed by another thread while this one waited
+            raise closed_error(type(self).__name__)
+        kind, value, state = item
+        del item
+        if kind == _FATAL:
+            self._stop_thread()
+            self._parent.set_state(self._parent_state)
+        else:
+            self._parent_state = state
+            if kind == _VALUE:
+                return value
+            if kind == _END:
+                self._exhausted = True
+                self._stop_thread()
+                raise StopIteration
+        try:
+            raise value
+        finally:
+            value = None  # no cycle exception -> traceback -> this frame -> exception
+
+    def _start_thread(self) -> _Buffer:
+        buffer = self._buffer = _Buffer(self._size)
+        self._stop = weakref.finalize(self, buffer.stop)
+        self._thread = threading.Thread(
+            target=_produce,
+            args=(self._parent, buffer),
+            name=f"chute-thread-prefetch-{id(self):x}",
+            daemon=True,
+        )
+        self._thread.start()
+        return buffer
+
+    def _warm_up(self) -> None:
+        """Starts reading ahead now rather than at the first ``next()``."""
+        if self._buffer is None and self._size and not self._exhausted and not self._closed:
+            self._start_thread()
+
+    def _signal_stop(self) -> None:
+        """Tells the thread to stop, without waiting for it."""
+        if self._stop is not None:
+            self._stop()
+
+    def _stop_thread(self) -> None:
+        """Stops the thread and waits for it, so the parent is free to use."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._signal_stop()
+        if thread is not threading.current_thread():
+            thread.join()
+        self._thread = self._buffer = self._stop = None
+
+    def get_state(self) -> dict[str, Any]:
+        parent = self._parent_state if self._size else self._parent.get_state()
+        return self._state(parent=parent)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "parent")
+        self._stop_thread()
+        self._parent.set_state(state["parent"])
+        self._parent_state = state["parent"]
+        self._exhausted = False
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._stop_thread()
+        super().close()
