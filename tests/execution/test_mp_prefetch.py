@@ -206,3 +206,22 @@ def test_a_worker_that_cannot_start_says_why() -> None:
     ):
         next(it)
     it.close()
+
+
+def test_repeat_keeps_the_workers_alive_across_epochs() -> None:
+    ds = (
+        grain.MapDataset.range(6)
+        .to_iter_dataset()
+        .batch(2)
+        .mp_prefetch(MultiprocessingOptions(num_workers=2))
+    )
+    it = iter(grain.experimental.RepeatIterDataset(ds, num_epochs=3))
+    first = [next(it).tolist() for _ in range(4)]
+    pids = [w._process.pid for w in it._parent._parents]
+    rest = [b.tolist() for b in it]
+    assert first + rest == [[0, 2], [1, 3], [4], [5]] * 3
+    assert [w._process.pid for w in it._parent._parents] == pids
+    assert_equal_output_after_checkpoint(
+        grain.experimental.RepeatIterDataset(ds, num_epochs=2), epochs=1
+    )
+    it.close()

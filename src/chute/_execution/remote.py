@@ -51,12 +51,16 @@ def _worker_main(payload: bytes, results: Any, credits: Any, index: int, count: 
         return
     results.send_bytes(ready)
     try:
-        while credits.recv_bytes():
+        while command := credits.recv_bytes():
+            if command != b"1":  # a new state to start from
+                it.set_state(pickle.loads(command))
+                results.send_bytes(pickle.dumps((_READY, None, it.get_state()), protocol=5))
+                continue
             try:
                 x = next(it)
-            except StopIteration:
+            except StopIteration:  # stay alive: the parent may rewind us for another epoch
                 results.send_bytes(pickle.dumps((_END, None, it.get_state()), protocol=5))
-                return
+                continue
             except Exception as exc:
                 message = (_ERROR, processes.exception_message(exc), it.get_state())
                 results.send_bytes(pickle.dumps(message, protocol=5))
@@ -170,8 +174,21 @@ class RemoteIterator(DatasetIterator[Any]):
         return self._state_now
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self._finalizer()
-        self._launch(state)
+        """Moves the worker to ``state``; a live worker is reused, not restarted."""
+        if self._closed:
+            raise closed_error("RemoteIterator")
+        if not self._process.is_alive():
+            self._finalizer()
+            self._launch(state)
+            return
+        if self._state_now is None:
+            self.get_state()  # the worker's first READY
+        self._credits.send_bytes(pickle.dumps(state, protocol=5))
+        while (message := self._receive_one())[0] != _READY:
+            pass  # elements the worker made ahead from the old position
+        self._state_now, self._ended = message[2], False
+        for _ in range(self._buffer_size):
+            self._credits.send_bytes(b"1")
 
     def close(self) -> None:
         if not self._closed:

@@ -69,7 +69,8 @@ class _RepeatIterator(DatasetIterator[Any]):
 
     def __init__(self, dataset: IterDataset[Any], epochs: int | None) -> None:
         super().__init__(iter(dataset))
-        self._dataset, self._epochs, self._epoch = dataset, epochs, 0
+        self._epochs, self._epoch = epochs, 0
+        self._initial = self._parents[0].get_state()
         self._empty_epoch = True
 
     def __next__(self) -> Any:
@@ -88,9 +89,8 @@ class _RepeatIterator(DatasetIterator[Any]):
             return x
 
     def _restart(self) -> None:
-        old = self._parents[0]
-        self._parents = (iter(self._dataset),)
-        old.close()
+        """Rewinds the parent iterator: worker processes and threads live on."""
+        self._parents[0].set_state(self._initial)
         self._empty_epoch = True
 
     def get_state(self) -> dict[str, Any]:
