@@ -12,9 +12,11 @@ from chute._stages.error_budget import ErrorBudgetIterDataset, skip_errors
 from chute._stages.flat_map import FlatMapIterDataset, FlatMapMapDataset
 from chute._stages.limit import LimitIterDataset
 from chute._stages.mix import DatasetSelectionMap
+from chute._stages.multithread_prefetch import multithread_prefetch
 from chute._stages.prefetch import get_next_index, set_next_index
 from chute._stages.rebatch import RebatchIterDataset
 from chute._stages.repeat import RepeatIterDataset
+from chute._stages.thread_prefetch import ThreadPrefetchIterDataset
 from chute._stages.window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
 from chute._stages.zip import ZipIterDataset, ZipMapDataset
 
@@ -27,6 +29,7 @@ __all__ = [
     "LimitIterDataset",
     "RebatchIterDataset",
     "RepeatIterDataset",
+    "ThreadPrefetchIterDataset",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
     "ZipIterDataset",
@@ -35,6 +38,7 @@ __all__ = [
     "batch_and_pad",
     "get_next_index",
     "index_shuffle",
+    "multithread_prefetch",
     "set_next_index",
     "skip_errors",
 ]

@@ -62,6 +62,11 @@ def test_sequential_slices_give_contiguous_blocks() -> None:
     assert batches(two) == [[2, 4, 8], [20, 22, 26], [10, 14, 16], [28, 32, 34], [38]]  # as Grain
 
 
+def test_sequential_slices_read_blocks_of_the_source_shuffled_within() -> None:
+    two = pipeline().mp_prefetch(MultiprocessingOptions(num_workers=2), sequential_slice=True)
+    assert batches(two) == [[8, 14, 10], [28, 32, 38], [2, 16, 4], [34, 26, 22], [20]]  # as Grain
+
+
 def test_no_workers_is_a_no_op_and_prefetch_is_deprecated() -> None:
     ds = pipeline()
     assert ds.mp_prefetch(MultiprocessingOptions()) is ds
@@ -225,3 +230,14 @@ def test_repeat_keeps_the_workers_alive_across_epochs() -> None:
         grain.experimental.RepeatIterDataset(ds, num_epochs=2), epochs=1
     )
     it.close()
+
+
+def test_map_dataset_parents_of_iter_stages_are_shared_out_too() -> None:
+    zipped = grain.experimental.ZipIterDataset(
+        [
+            grain.MapDataset.range(6),
+            grain.MapDataset.range(6).map(lambda x: x * 10).to_iter_dataset(),
+        ]
+    )
+    out = list(zipped.mp_prefetch(MultiprocessingOptions(num_workers=2)))
+    assert sorted(out) == [(i, i * 10) for i in range(6)]

@@ -122,6 +122,12 @@ class WriteRing:
     def reader_closed(self) -> bool:
         return bool(self.segment.head[CLOSED])
 
+    def claim(self, nbytes: int) -> tuple[int, np.ndarray]:
+        """Claims ``nbytes`` of ring space: its position and its bytes."""
+        start = self.allocate(nbytes)
+        offset = start % self.segment.capacity
+        return start, self.segment.data[offset : offset + nbytes]
+
     def allocate(self, nbytes: int) -> int:
         """Claims ``nbytes`` (64-byte aligned) in the current generation; returns the position."""
         size = -(-max(nbytes, 1) // ALIGN) * ALIGN

@@ -2,8 +2,8 @@
 
 Iterator ``k`` yields the ``k``-th element of every round; iterators that
 run out are skipped, and the whole ends when all have.  A failing ``next()``
-keeps the turn, so the next call asks the same iterator again: the output is
-the error-free output with the failed element left out.
+keeps the turn, so the next call asks the same iterator again for its next
+element (as Grain does): nothing is skipped or lost, the turns shift by one.
 """
 
 from __future__ import annotations

@@ -1,9 +1,17 @@
 """Giving each worker its share: the pipeline rebuilt over a slice of its source.
 
-An IterDataset pipeline starts from one or more ``MapDataset.to_iter_dataset()``
-nodes.  ``sliced(ds, pick)`` copies the IterDataset nodes above them
-(datasets are immutable recipes, so a shallow copy with new parents is a new
-pipeline) and makes every such node read ``map_dataset.slice(pick(len))``.
+An IterDataset pipeline reads MapDatasets (through ``to_iter_dataset()``, or
+as direct parents of stages such as zip or mix).  ``sliced(ds, pick)`` copies
+the IterDataset nodes (datasets are immutable recipes, so a shallow copy with
+new parents is a new pipeline) and makes every MapDataset they read return
+only ``pick(len)`` of its elements:
+
+* interleaved slices (``worker::count``) are taken of the MapDataset as it
+  is, after its shuffles and maps;
+* contiguous blocks (``sequential_slice``) are pushed down to the source, so
+  each worker reads one block of the data (good for file locality) and the
+  stages above it, a shuffle included, run within that block, as Grain does.
+  Below a node with several parents, or a slice, the block is taken at the top.
 """
 
 from __future__ import annotations
@@ -12,36 +20,57 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from chute._core.dataset import IterDataset
+from chute._core.dataset import IterDataset, MapDataset
+
+Pick = Callable[[int], slice]
 
 
-def sliced(ds: IterDataset[Any], pick: Callable[[int], slice]) -> IterDataset[Any]:
-    """``ds`` rebuilt so that each of its MapDataset sources reads ``pick(len(source))``."""
-    from chute._stages.prefetch import PrefetchIterDataset
-
-    if isinstance(ds, PrefetchIterDataset):
-        source = ds._parent
-        root = copy.copy(ds)
-        root._parents = (source.slice(pick(len(source))),)
-        return root
-    if not any(isinstance(p, IterDataset) for p in ds.parents):
+def sliced(ds: IterDataset[Any], pick: Pick, *, to_source: bool = False) -> IterDataset[Any]:
+    """``ds`` rebuilt so that each MapDataset it reads gives only ``pick(len)``."""
+    if not any(isinstance(p, (IterDataset, MapDataset)) for p in ds.parents):
         raise ValueError(
             f"{type(ds).__name__} does not read a MapDataset, so its elements cannot be shared "
             "out among workers; start the pipeline with MapDataset...to_iter_dataset()."
         )
     copied = copy.copy(ds)
-    copied._parents = tuple(
-        sliced(p, pick) if isinstance(p, IterDataset) else p for p in ds.parents
-    )
+    copied._parents = tuple(_slice_parent(p, pick, to_source) for p in ds.parents)
     return copied
 
 
-def interleaved(worker: int, count: int) -> Callable[[int], slice]:
+def _slice_parent(parent: Any, pick: Pick, to_source: bool) -> Any:
+    if isinstance(parent, MapDataset):
+        return _push_down(parent, pick) if to_source else parent.slice(pick(len(parent)))
+    if isinstance(parent, IterDataset):
+        return sliced(parent, pick, to_source=to_source)
+    return parent
+
+
+def _push_down(top: MapDataset[Any], pick: Pick) -> MapDataset[Any]:
+    """``top`` rebuilt over a block of its source, or sliced itself if that is not possible."""
+    from chute._stages.slice import SliceMapDataset
+
+    chain, node = [], top
+    while len(node.parents) == 1 and isinstance(node.parents[0], MapDataset):
+        if isinstance(node, SliceMapDataset):
+            return top.slice(pick(len(top)))
+        chain.append(node)
+        node = node.parents[0]
+    if node.parents or isinstance(node, SliceMapDataset):
+        return top.slice(pick(len(top)))
+    rebuilt = node.slice(pick(len(node)))
+    for above in reversed(chain):
+        copied = copy.copy(above)
+        copied._parents = (rebuilt,)
+        rebuilt = copied
+    return rebuilt
+
+
+def interleaved(worker: int, count: int) -> Pick:
     """Worker ``worker`` of ``count`` reads indices ``worker, worker + count, ...``."""
     return lambda n: slice(worker, None, count)
 
 
-def contiguous(worker: int, count: int) -> Callable[[int], slice]:
+def contiguous(worker: int, count: int) -> Pick:
     """Worker ``worker`` of ``count`` reads one block; the first ``n % count`` get one more."""
 
     def pick(n: int) -> slice:
@@ -50,3 +79,10 @@ def contiguous(worker: int, count: int) -> Callable[[int], slice]:
         return slice(start, start + size + (1 if worker < extra else 0))
 
     return pick
+
+
+def share(ds: IterDataset[Any], worker: int, count: int, sequential: bool) -> IterDataset[Any]:
+    """Worker ``worker`` of ``count``'s pipeline: interleaved, or one block of the source."""
+    if sequential:
+        return sliced(ds, contiguous(worker, count), to_source=True)
+    return sliced(ds, interleaved(worker, count))

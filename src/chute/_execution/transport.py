@@ -74,11 +74,11 @@ class RingSlot:
     Pickles as that array, and only inside the next ``encode`` of its writer.
     """
 
-    __slots__ = ("_buffer", "_dtype", "_location", "_shape")
+    __slots__ = ("_buffer", "_location", "_view")
 
     def __init__(self, view: np.ndarray, location: tuple[int, int, int]) -> None:
         self._buffer: pickle.PickleBuffer | None = pickle.PickleBuffer(view)  # type: ignore[arg-type]
-        self._dtype, self._shape, self._location = view.dtype, view.shape, location
+        self._view, self._location = view, location
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         if self._buffer is None:
@@ -86,7 +86,7 @@ class RingSlot:
                 "this RingSlot was already sent: a reserved slot goes into the next "
                 "encode() only; call reserve() again for each message."
             )
-        return _rebuild, (self._buffer, self._dtype, self._shape)
+        return _rebuild, (self._buffer, self._view.dtype, self._view.shape)
 
 
 class RingWriter:
@@ -130,7 +130,7 @@ class RingWriter:
             payload = pickle.dumps(tree, protocol=5, buffer_callback=self._keep)
         finally:
             for slot in self._slots.values():
-                slot._buffer = None
+                slot._buffer = slot._view = None  # type: ignore[assignment]
             self._slots.clear()
         if not table:
             return _NOTHING + payload
@@ -162,13 +162,10 @@ class RingWriter:
             raise ValueError(f"shape must not have negative sizes (got {shape}).")
         ring = self._open_ring()
         nbytes = math.prod(shape) * dt.itemsize
-        start = ring.allocate(nbytes)
-        segment = ring.segment
-        offset = start % segment.capacity
-        view = segment.data[offset : offset + nbytes].view(dt).reshape(shape)
-        slot = RingSlot(view, (ring.generation, start, nbytes))
+        start, space = ring.claim(nbytes)
+        slot = RingSlot(space.view(dt).reshape(shape), (ring.generation, start, nbytes))
         self._slots[id(slot._buffer)] = slot
-        return slot, view
+        return slot, slot._view
 
     def close(self) -> None:
         """Unmaps the ring here (arrays in flight stay readable by the reader)."""
@@ -204,10 +201,8 @@ class RingWriter:
         if nbytes < RING_MIN_BYTES:
             return True
         ring: Any = self._ring
-        start = ring.allocate(nbytes)
-        segment = ring.segment
-        offset = start % segment.capacity
-        segment.data[offset : offset + nbytes] = raw
+        start, space = ring.claim(nbytes)
+        space[:] = raw
         self._table += (ring.generation, start, nbytes)
         return False
 

@@ -18,7 +18,7 @@ from chute._core.options import MultiprocessingOptions
 from chute._core.validate import check_callable
 from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
-from chute._execution.slicing import contiguous, interleaved, sliced
+from chute._execution.slicing import share
 
 
 class MultiprocessPrefetchIterDataset(IterDataset[Any]):
@@ -46,15 +46,15 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         if worker_init_fn is not None:
             check_callable(worker_init_fn, "mp_prefetch(): worker_init_fn")
         self._options, self._init_fn = options, worker_init_fn
-        self._pick = contiguous if sequential_slice else interleaved
+        self._sequential = bool(sequential_slice)
         for worker in range(options.num_workers):  # fails now, not in a worker, if it cannot slice
-            sliced(parent, self._pick(worker, options.num_workers))
+            share(parent, worker, options.num_workers, self._sequential)
 
     def __iter__(self) -> DatasetIterator[Any]:
         count = self._options.num_workers
         workers = [
             RemoteIterator(
-                sliced(self._parent, self._pick(w, count)),
+                share(self._parent, w, count, self._sequential),
                 index=w,
                 count=count,
                 buffer_size=self._options.per_worker_buffer_size,

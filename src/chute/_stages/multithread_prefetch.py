@@ -17,7 +17,7 @@ from typing import Any
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.validate import check_int
 from chute._execution.round_robin import RoundRobinIterator
-from chute._execution.slicing import contiguous, interleaved, sliced
+from chute._execution.slicing import share
 from chute._stages.thread_prefetch import ThreadPrefetchIterDataset, _ThreadPrefetchIterator
 
 
@@ -48,11 +48,10 @@ class MultithreadPrefetchIterDataset(IterDataset[Any]):
     def _shards(self) -> list[ThreadPrefetchIterDataset]:
         """One pipeline per thread; with one thread, the pipeline itself, as in Grain."""
         count = self._num_threads
-        pick = contiguous if self._sequential else interleaved
         pipelines = (
             [self._parent]
             if count == 1
-            else [sliced(self._parent, pick(i, count)) for i in range(count)]
+            else [share(self._parent, i, count, self._sequential) for i in range(count)]
         )
         return [
             ThreadPrefetchIterDataset(p, prefetch_buffer_size=self._buffer_size) for p in pipelines

@@ -11,7 +11,8 @@ The thread stops on ``close()``, ``set_state()``, at the end of the data, when
 the iterator is garbage collected (a ``break`` out of a ``for`` loop, an
 exception in its body) and at interpreter exit.  It is a daemon thread and
 never refers to the iterator, and a stop wakes it at once even when the buffer
-is full.
+is full; ``close()`` and ``set_state()`` then wait for the element it may be
+reading to finish, so the parent iterator is never used by two threads.
 """
 
 from __future__ import annotations

@@ -1,0 +1,402 @@
+"""RingWriter/RingReader: exact trees across processes, ring reuse and growth, no leaks."""
+
+from __future__ import annotations
+
+import collections
+import gc
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from difflib import Match  # a namedtuple that a worker can pickle by reference
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from chute._execution import processes
+from chute._execution._ring import open_existing
+from chute._execution.transport import RING_MIN_BYTES, RingReader, RingSlot, RingWriter
+
+# Workers import functions by module name; this test module is not importable there.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+_DEV_SHM = Path("/dev/shm")
+
+
+class Point(NamedTuple):
+    x: Any
+    y: Any
+
+
+def _leftovers(prefix: str) -> list[str]:
+    """The ring's segments still in shared memory (looked up without the tracker)."""
+    if _DEV_SHM.is_dir():
+        return sorted(p.name for p in _DEV_SHM.iterdir() if p.name.startswith(prefix + "-"))
+    found = []
+    for generation in range(64):
+        try:
+            open_existing(f"{prefix}-{generation}")
+        except FileNotFoundError:
+            continue
+        found.append(f"{prefix}-{generation}")
+    return found
+
+
+def _generation(message: bytes) -> int:
+    return int(struct.unpack_from("=3Q", message)[1])
+
+
+def _assert_same(got: Any, expected: Any) -> None:
+    assert type(got) is type(expected)
+    if isinstance(expected, dict):
+        assert got.keys() == expected.keys()
+        for key in expected:
+            _assert_same(got[key], expected[key])
+    elif isinstance(expected, (list, tuple)):
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            _assert_same(g, e)
+    elif isinstance(expected, np.ndarray):
+        assert (got.dtype, got.shape) == (expected.dtype, expected.shape)
+        if expected.dtype == object:
+            assert got.tolist() == expected.tolist()
+        else:
+            np.testing.assert_array_equal(got, expected, strict=True)
+    else:
+        assert got == expected
+
+
+def _tree(rng: np.random.Generator, i: int) -> dict[str, Any]:
+    """A varied tree; every seventh one holds an array twice as large as the last (to 4 MiB)."""
+    size = int(rng.integers(0, 20_000)) + (1 << (15 + i // 7) if i % 7 == 0 else 0)
+    return {
+        "image": rng.integers(0, 255, size, dtype=np.uint8),
+        "floats": rng.standard_normal((int(rng.integers(1, 90)), 3)).astype(np.float32),
+        "fortran": np.asfortranarray(rng.standard_normal((40, 30))),
+        "strided": np.arange(3000)[::3],
+        "text": f"element {i}",
+        "strings": np.array(["a", "bc", str(i)] * 50),
+        "objects": np.array([i, "x", None], dtype=object),
+        "scalar": np.float64(i / 3),
+        "zero_d": np.array(i),
+        "empty": np.zeros((0, 4), np.int16),
+        "nested": (i, [b"raw", Match(i, np.arange(i % 5 * 300), None)], {"deep": (None,)}),
+        "flags": np.ones(2000, bool),
+    }
+
+
+def _start(fn: Any, *args: Any) -> tuple[Any, Any, Any]:
+    """Runs ``fn(results, credits, *args)`` in a worker process; returns it and our ends."""
+    ctx = processes.context()
+    results, results_end = ctx.Pipe(duplex=False)
+    credits_end, credits = ctx.Pipe(duplex=False)
+    code = (
+        "import cloudpickle\nfn, args = cloudpickle.loads(payload)\nfn(results, credits, *args)\n"
+    )
+    namespace = {"payload": cloudpickle.dumps((fn, args)), "results": results_end}
+    namespace["credits"] = credits_end
+    process = processes.start(exec, (code, namespace), name="ring-writer")
+    results_end.close()
+    credits_end.close()
+    return process, results, credits
+
+
+@pytest.fixture
+def ring() -> Iterator[tuple[RingReader, RingWriter]]:
+    reader = RingReader()
+    writer = RingWriter(reader.prefix, initial_size=1 << 16)
+    yield reader, writer
+    writer.close()
+    reader.close()
+    assert _leftovers(reader.prefix) == []
+
+
+def test_round_trips_every_kind_of_leaf_exactly(ring: tuple[RingReader, RingWriter]) -> None:
+    reader, writer = ring
+    rng = np.random.default_rng(0)
+    for i in range(15):
+        tree = _tree(rng, i)
+        _assert_same(reader.decode(writer.encode(tree)), tree)
+    tree = [Point(np.arange(5000), "y"), (), {}, None, 3, "s", b"b", np.int8(3)]
+    _assert_same(reader.decode(writer.encode(tree)), tree)
+
+
+def test_large_arrays_go_through_the_ring_small_ones_inline(
+    ring: tuple[RingReader, RingWriter],
+) -> None:
+    reader, writer = ring
+    big, small = np.ones(1 << 18, np.uint8), np.ones(RING_MIN_BYTES - 1, np.uint8)
+    through_ring, inline = writer.encode({"big": big}), writer.encode({"small": small})
+    assert len(through_ring) < 300 and len(inline) > small.nbytes
+    _assert_same(reader.decode(through_ring), {"big": big})
+    _assert_same(reader.decode(inline), {"small": small})
+
+
+def test_decoded_arrays_own_their_memory_and_keep_writability(
+    ring: tuple[RingReader, RingWriter],
+) -> None:
+    reader, writer = ring
+    frozen = np.arange(4096, dtype=np.int32)
+    frozen.flags.writeable = False
+    kept = reader.decode(writer.encode({"live": np.arange(4096), "frozen": frozen}))
+    for i in range(100):  # overwrite the ring many times over
+        reader.decode(writer.encode(np.full(20_000, i, np.int64)))
+    assert kept["live"].flags.writeable and not kept["frozen"].flags.writeable
+    np.testing.assert_array_equal(kept["live"], np.arange(4096))
+    np.testing.assert_array_equal(kept["frozen"], frozen)
+
+
+def test_ring_wraps_around_without_growing_when_consumed(
+    ring: tuple[RingReader, RingWriter],
+) -> None:
+    reader, writer = ring
+    in_flight: collections.deque[tuple[int, bytes]] = collections.deque()
+    for i in range(300):  # about 25 laps of the 64 KiB ring, five messages behind
+        message = writer.encode({"x": np.full(5000 + i, i % 251, np.uint8), "i": i})
+        assert _generation(message) == 1
+        in_flight.append((i, message))
+        if len(in_flight) > 5 or i == 299:
+            while in_flight and (len(in_flight) > 5 or i == 299):
+                j, message = in_flight.popleft()
+                got = reader.decode(message)
+                assert got["i"] == j
+                np.testing.assert_array_equal(got["x"], np.full(5000 + j, j % 251, np.uint8))
+    assert _leftovers(reader.prefix) == [f"{reader.prefix}-1"]
+
+
+def test_full_ring_grows_and_old_generations_are_unlinked(
+    ring: tuple[RingReader, RingWriter],
+) -> None:
+    reader, writer = ring
+    arrays = [np.full(10_000, i, np.uint16) for i in range(30)] + [np.ones(1 << 20)]
+    messages = [writer.encode(a) for a in arrays]  # nothing consumed: 800 KB then 8 MB
+    generations = [_generation(m) for m in messages]
+    assert generations == sorted(generations) and generations[-1] >= 4
+    assert len(_leftovers(reader.prefix)) == generations[-1] + 1
+    for a, message in zip(arrays, messages):
+        _assert_same(reader.decode(message), a)
+    assert _leftovers(reader.prefix) == [f"{reader.prefix}-{generations[-1]}"]
+
+
+def test_reserve_builds_a_batch_in_place(ring: tuple[RingReader, RingWriter]) -> None:
+    reader, writer = ring
+    rows = [np.full((64, 64), i, np.float32) for i in range(8)]
+    slot, view = writer.reserve((8, 64, 64), np.float32)
+    np.stack(rows, out=view)
+    message = writer.encode({"batch": slot, "tiny": writer.reserve(3, np.int8)[0]})
+    assert len(message) < 300  # the reserved arrays travel without a copy
+    got = reader.decode(message)
+    np.testing.assert_array_equal(got["batch"], np.stack(rows), strict=True)
+    assert got["tiny"].shape == (3,) and got["batch"].flags.writeable
+    with pytest.raises(ValueError, match="already sent"):
+        writer.encode(slot)
+
+
+def test_a_reserved_view_in_the_tree_is_copied(ring: tuple[RingReader, RingWriter]) -> None:
+    reader, writer = ring
+    _, view = writer.reserve((100, 10), np.int64)
+    view[...] = np.arange(1000).reshape(100, 10)
+    got = reader.decode(writer.encode([view[::2], view]))
+    _assert_same(got, [np.arange(1000).reshape(100, 10)[::2], np.arange(1000).reshape(100, 10)])
+
+
+def test_reserve_rejects_object_dtypes_and_negative_shapes(
+    ring: tuple[RingReader, RingWriter],
+) -> None:
+    _, writer = ring
+    with pytest.raises(TypeError, match="holds objects"):
+        writer.reserve(3, object)
+    with pytest.raises(ValueError, match="negative"):
+        writer.reserve((2, -1), np.uint8)
+    assert isinstance(writer.reserve(np.int64(2), np.uint8)[0], RingSlot)
+
+
+def test_decoding_out_of_order_raises(ring: tuple[RingReader, RingWriter]) -> None:
+    reader, writer = ring
+    first, second = (writer.encode(np.ones(5000)) for _ in range(2))
+    reader.decode(second)
+    with pytest.raises(ValueError, match="order they were encoded"):
+        reader.decode(first)
+    old = writer.encode(np.ones(5000))
+    reader.decode(writer.encode(np.ones(1 << 20)))  # a new generation: the old one goes
+    with pytest.raises(ValueError, match="order they were encoded"):
+        reader.decode(old)
+
+
+def test_dropped_messages_are_freed_by_later_ones(ring: tuple[RingReader, RingWriter]) -> None:
+    reader, writer = ring
+    for i in range(200):
+        message = writer.encode(np.full(800, i))
+        if i % 3 == 0:
+            np.testing.assert_array_equal(reader.decode(message), np.full(800, i))
+    assert _leftovers(reader.prefix) == [f"{reader.prefix}-1"]
+
+
+def test_failed_encode_leaves_the_ring_usable(ring: tuple[RingReader, RingWriter]) -> None:
+    reader, writer = ring
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        writer.encode({"big": np.ones(50_000), "fn": lambda: 0})
+    _assert_same(reader.decode(writer.encode({"big": np.ones(50_000)})), {"big": np.ones(50_000)})
+
+
+def test_closed_reader_stops_the_writer_and_leaves_nothing() -> None:
+    reader = RingReader()
+    writer = RingWriter(reader.prefix, 1 << 12)
+    message = writer.encode(np.ones(10_000))
+    reader.close()
+    reader.close()
+    assert _leftovers(reader.prefix) == []
+    with pytest.raises(BrokenPipeError):
+        writer.encode(np.ones(10))
+    with pytest.raises(ValueError, match="closed"):
+        reader.decode(message)
+    with pytest.raises(FileNotFoundError, match="no RingReader"):
+        RingWriter(reader.prefix)
+    assert _leftovers(reader.prefix) == []
+
+
+def test_garbage_collected_reader_unlinks_its_ring() -> None:
+    reader = RingReader()
+    prefix = reader.prefix
+    RingWriter(prefix, 1 << 12).encode(np.ones(10_000))
+    assert len(_leftovers(prefix)) == 2
+    del reader
+    gc.collect()
+    assert _leftovers(prefix) == []
+
+
+@pytest.mark.parametrize("prefix, size", [("", 1), ("a/b", 1), ("p", 0), ("p", True)])
+def test_bad_writer_arguments_raise_value_error(prefix: str, size: int) -> None:
+    with pytest.raises(ValueError, match="prefix|initial_size"):
+        RingWriter(prefix, size)
+
+
+def _send_trees(results: Any, credits: Any, prefix: str, count: int) -> None:
+    writer = RingWriter(prefix, initial_size=1 << 16)
+    rng = np.random.default_rng(7)
+    for i in range(count):
+        results.send_bytes(writer.encode(_tree(rng, i)))
+
+
+def test_trees_from_a_worker_process_arrive_exactly() -> None:
+    with RingReader() as reader:
+        count = 50
+        process, results, _ = _start(_send_trees, reader.prefix, count)
+        rng, generations = np.random.default_rng(7), set()
+        in_flight: collections.deque[bytes] = collections.deque()
+        for i in range(count + 3):
+            if i < count:
+                in_flight.append(results.recv_bytes())
+            if i >= 3:  # decode three messages behind
+                message = in_flight.popleft()
+                generations.add(_generation(message))
+                _assert_same(reader.decode(message), _tree(rng, i - 3))
+        process.join(timeout=30)
+        assert process.exitcode == 0 and len(generations) >= 3  # grew several times
+    assert _leftovers(reader.prefix) == []
+
+
+def _send_until_killed(results: Any, credits: Any, prefix: str) -> None:
+    writer = RingWriter(prefix, initial_size=1 << 12)
+    for size in (1 << 13, 1 << 15, 1 << 17, 1 << 19):
+        results.send_bytes(writer.encode({"x": np.ones(size, np.uint8)}))
+    results.send_bytes(b"ready")
+    credits.recv_bytes()  # wait to be killed
+
+
+def test_killed_writer_then_close_leaves_no_segments() -> None:
+    reader = RingReader()
+    process, results, _ = _start(_send_until_killed, reader.prefix)
+    try:
+        messages = [results.recv_bytes() for _ in range(5)]
+        assert messages[-1] == b"ready"
+        assert reader.decode(messages[0])["x"].sum() == 1 << 13
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(timeout=30)
+    assert process.exitcode == -signal.SIGKILL
+    assert len(_leftovers(reader.prefix)) >= 3
+    reader.close()
+    assert _leftovers(reader.prefix) == []
+
+
+def test_interpreter_exit_without_close_leaves_nothing_and_no_warnings() -> None:
+    code = """
+        import multiprocessing, numpy as np
+        from chute._execution.transport import RingReader
+        CHILD = '''
+        import numpy as np
+        from chute._execution.transport import RingWriter
+        writer = RingWriter(prefix, 1 << 12)
+        for size in (1 << 13, 1 << 16, 1 << 18):
+            conn.send_bytes(writer.encode({"x": np.ones(size, np.uint8)}))
+        '''
+        if __name__ == "__main__":
+            ctx = multiprocessing.get_context("forkserver")
+            reader = RingReader()
+            receive, send = ctx.Pipe(duplex=False)
+            args = (CHILD.replace("\\n        ", "\\n"), {"conn": send, "prefix": reader.prefix})
+            process = ctx.Process(target=exec, args=args)
+            process.start()
+            send.close()
+            assert reader.decode(receive.recv_bytes())["x"].sum() == 1 << 13
+            receive.recv_bytes()
+            process.join()
+            print(reader.prefix)
+        """
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""  # no resource_tracker warnings or tracebacks
+    assert result.stdout.strip().startswith("chute-")
+    assert _leftovers(result.stdout.strip()) == []
+
+
+def _send_batches(results: Any, credits: Any, prefix: str | None, count: int) -> None:
+    batch = np.random.default_rng(0).integers(0, 255, (32, 150, 1000), dtype=np.uint8)
+    writer = RingWriter(prefix) if prefix is not None else None
+    results.send_bytes(b"ready")
+    for _ in range(count):
+        credits.recv_bytes()
+        if writer is not None:
+            results.send_bytes(writer.encode({"image": batch, "label": np.arange(32)}))
+        else:
+            results.send({"image": batch, "label": np.arange(32)})
+
+
+def _throughput(ring: bool, count: int = 40, window: int = 4) -> float:
+    """MB/s of 4.8 MB uint8 batches from a worker, ``window`` in flight (no assertion)."""
+    with RingReader() as reader:
+        process, results, credits = _start(_send_batches, reader.prefix if ring else None, count)
+        assert results.recv_bytes() == b"ready"  # time the transport, not the start-up
+        start = time.perf_counter()
+        for _ in range(window):
+            credits.send_bytes(b"1")
+        received = results.recv_bytes if ring else results.recv
+        for i in range(count):
+            tree = reader.decode(received()) if ring else received()
+            assert tree["image"].shape == (32, 150, 1000)
+            if i + window < count:
+                credits.send_bytes(b"1")
+        seconds = time.perf_counter() - start
+        process.join(timeout=30)
+    return count * 4.8 / seconds
+
+
+def test_throughput_sanity_against_pickle_through_a_pipe() -> None:
+    ring, pipe = _throughput(ring=True), _throughput(ring=False)
+    print(f"ring {ring:.0f} MB/s, pickle through a Pipe {pipe:.0f} MB/s")
+    assert ring > 0 and pipe > 0
