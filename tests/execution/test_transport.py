@@ -79,8 +79,8 @@ def _tree(rng: np.random.Generator, i: int) -> dict[str, Any]:
     size = int(rng.integers(0, 20_000)) + (1 << (15 + i // 7) if i % 7 == 0 else 0)
     return {
         "image": rng.integers(0, 255, size, dtype=np.uint8),
-        "floats": rng.standard_normal((int(rng.integers(1, 90)), 3)).astype(np.float32),
-        "fortran": np.asfortranarray(rng.standard_normal((40, 30))),
+        "floats": rng.standard_normal((int(rng.integers(1, 5000)), 3)).astype(np.float32),
+        "fortran": np.asfortranarray(rng.standard_normal((40 + i, 100))),
         "strided": np.arange(3000)[::3],
         "text": f"element {i}",
         "strings": np.array(["a", "bc", str(i)] * 50),
@@ -112,7 +112,7 @@ def _start(fn: Any, *args: Any) -> tuple[Any, Any, Any]:
 @pytest.fixture
 def ring() -> Iterator[tuple[RingReader, RingWriter]]:
     reader = RingReader()
-    writer = RingWriter(reader.prefix, initial_size=1 << 16)
+    writer = RingWriter(reader.prefix, initial_size=1 << 18)
     yield reader, writer
     writer.close()
     reader.close()
@@ -144,13 +144,13 @@ def test_decoded_arrays_own_their_memory_and_keep_writability(
     ring: tuple[RingReader, RingWriter],
 ) -> None:
     reader, writer = ring
-    frozen = np.arange(4096, dtype=np.int32)
+    frozen = np.arange(1 << 14, dtype=np.int32)
     frozen.flags.writeable = False
-    kept = reader.decode(writer.encode({"live": np.arange(4096), "frozen": frozen}))
+    kept = reader.decode(writer.encode({"live": np.arange(1 << 14), "frozen": frozen}))
     for i in range(100):  # overwrite the ring many times over
         reader.decode(writer.encode(np.full(20_000, i, np.int64)))
     assert kept["live"].flags.writeable and not kept["frozen"].flags.writeable
-    np.testing.assert_array_equal(kept["live"], np.arange(4096))
+    np.testing.assert_array_equal(kept["live"], np.arange(1 << 14))
     np.testing.assert_array_equal(kept["frozen"], frozen)
 
 
@@ -159,16 +159,16 @@ def test_ring_wraps_around_without_growing_when_consumed(
 ) -> None:
     reader, writer = ring
     in_flight: collections.deque[tuple[int, bytes]] = collections.deque()
-    for i in range(300):  # about 25 laps of the 64 KiB ring, five messages behind
-        message = writer.encode({"x": np.full(5000 + i, i % 251, np.uint8), "i": i})
+    for i in range(300):  # about 45 laps of the 256 KiB ring, four messages behind
+        message = writer.encode({"x": np.full(40_000 + i, i % 251, np.uint8), "i": i})
         assert _generation(message) == 1
         in_flight.append((i, message))
-        if len(in_flight) > 5 or i == 299:
-            while in_flight and (len(in_flight) > 5 or i == 299):
+        if len(in_flight) > 4 or i == 299:
+            while in_flight and (len(in_flight) > 4 or i == 299):
                 j, message = in_flight.popleft()
                 got = reader.decode(message)
                 assert got["i"] == j
-                np.testing.assert_array_equal(got["x"], np.full(5000 + j, j % 251, np.uint8))
+                np.testing.assert_array_equal(got["x"], np.full(40_000 + j, j % 251, np.uint8))
     assert _leftovers(reader.prefix) == [f"{reader.prefix}-1"]
 
 
@@ -176,8 +176,8 @@ def test_full_ring_grows_and_old_generations_are_unlinked(
     ring: tuple[RingReader, RingWriter],
 ) -> None:
     reader, writer = ring
-    arrays = [np.full(10_000, i, np.uint16) for i in range(30)] + [np.ones(1 << 20)]
-    messages = [writer.encode(a) for a in arrays]  # nothing consumed: 800 KB then 8 MB
+    arrays = [np.full(20_000, i, np.uint16) for i in range(30)] + [np.ones(1 << 20)]
+    messages = [writer.encode(a) for a in arrays]  # nothing consumed: 1.2 MB then 8 MB
     generations = [_generation(m) for m in messages]
     assert generations == sorted(generations) and generations[-1] >= 4
     assert len(_leftovers(reader.prefix)) == generations[-1] + 1
@@ -202,10 +202,10 @@ def test_reserve_builds_a_batch_in_place(ring: tuple[RingReader, RingWriter]) ->
 
 def test_a_reserved_view_in_the_tree_is_copied(ring: tuple[RingReader, RingWriter]) -> None:
     reader, writer = ring
-    _, view = writer.reserve((100, 10), np.int64)
-    view[...] = np.arange(1000).reshape(100, 10)
-    got = reader.decode(writer.encode([view[::2], view]))
-    _assert_same(got, [np.arange(1000).reshape(100, 10)[::2], np.arange(1000).reshape(100, 10)])
+    _, view = writer.reserve((1000, 10), np.int64)
+    expected = np.arange(10_000).reshape(1000, 10)
+    view[...] = expected
+    _assert_same(reader.decode(writer.encode([view[::2], view])), [expected[::2], expected])
 
 
 def test_reserve_rejects_object_dtypes_and_negative_shapes(
@@ -234,9 +234,9 @@ def test_decoding_out_of_order_raises(ring: tuple[RingReader, RingWriter]) -> No
 def test_dropped_messages_are_freed_by_later_ones(ring: tuple[RingReader, RingWriter]) -> None:
     reader, writer = ring
     for i in range(200):
-        message = writer.encode(np.full(800, i))
+        message = writer.encode(np.full(5000, i))
         if i % 3 == 0:
-            np.testing.assert_array_equal(reader.decode(message), np.full(800, i))
+            np.testing.assert_array_equal(reader.decode(message), np.full(5000, i))
     assert _leftovers(reader.prefix) == [f"{reader.prefix}-1"]
 
 
@@ -306,7 +306,7 @@ def test_trees_from_a_worker_process_arrive_exactly() -> None:
 
 def _send_until_killed(results: Any, credits: Any, prefix: str) -> None:
     writer = RingWriter(prefix, initial_size=1 << 12)
-    for size in (1 << 13, 1 << 15, 1 << 17, 1 << 19):
+    for size in (1 << 15, 1 << 16, 1 << 17, 1 << 19):
         results.send_bytes(writer.encode({"x": np.ones(size, np.uint8)}))
     results.send_bytes(b"ready")
     credits.recv_bytes()  # wait to be killed
@@ -318,7 +318,7 @@ def test_killed_writer_then_close_leaves_no_segments() -> None:
     try:
         messages = [results.recv_bytes() for _ in range(5)]
         assert messages[-1] == b"ready"
-        assert reader.decode(messages[0])["x"].sum() == 1 << 13
+        assert [reader.decode(m)["x"].sum() for m in messages[:2]] == [1 << 15, 1 << 16]
     finally:
         os.kill(process.pid, signal.SIGKILL)
         process.join(timeout=30)
@@ -336,7 +336,7 @@ def test_interpreter_exit_without_close_leaves_nothing_and_no_warnings() -> None
         import numpy as np
         from chute._execution.transport import RingWriter
         writer = RingWriter(prefix, 1 << 12)
-        for size in (1 << 13, 1 << 16, 1 << 18):
+        for size in (1 << 15, 1 << 16, 1 << 18):
             conn.send_bytes(writer.encode({"x": np.ones(size, np.uint8)}))
         '''
         if __name__ == "__main__":
@@ -347,7 +347,7 @@ def test_interpreter_exit_without_close_leaves_nothing_and_no_warnings() -> None
             process = ctx.Process(target=exec, args=args)
             process.start()
             send.close()
-            assert reader.decode(receive.recv_bytes())["x"].sum() == 1 << 13
+            assert reader.decode(receive.recv_bytes())["x"].sum() == 1 << 15
             receive.recv_bytes()
             process.join()
             print(reader.prefix)

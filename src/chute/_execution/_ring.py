@@ -168,21 +168,22 @@ class ReadRings:
         self.segments: dict[int, Segment] = {}
         self._adopt(0, create(segment_name(prefix, 0), 0))
 
-    def copy(self, generation: int, position: int, nbytes: int) -> np.ndarray:
-        """A fresh copy of ``nbytes`` bytes at ``position`` of a generation."""
-        segment = self.segments.get(generation)
-        if segment is None:
-            segment = self._attach(generation)
-        if position < segment.head[READ]:
-            raise _released(generation)
-        offset = position % segment.capacity
-        return segment.data[offset : offset + nbytes].copy()
+    def take(self, table: tuple[int, ...], generation: int, position: int) -> list[np.ndarray]:
+        """Copies of the ``(generation, position, size)`` buffers in ``table``, then frees them."""
+        copies = []
+        for i in range(0, len(table), 3):
+            buffer_generation, start, nbytes = table[i : i + 3]
+            segment = self.segments.get(buffer_generation) or self._attach(buffer_generation)
+            if start < segment.head[READ]:
+                raise _released(buffer_generation)
+            offset = start % segment.capacity
+            copies.append(segment.data[offset : offset + nbytes].copy())
+        self.release(generation, position)
+        return copies
 
     def release(self, generation: int, position: int) -> None:
         """Marks everything before ``position`` consumed; unlinks older generations."""
-        segment = self.segments.get(generation)
-        if segment is None:
-            segment = self._attach(generation)
+        segment = self.segments.get(generation) or self._attach(generation)
         segment.head[READ] = position
         while self.low < generation:
             self._unlink(self.low)
@@ -204,7 +205,9 @@ class ReadRings:
                 mapped = open_existing(segment_name(self.prefix, generation))
             except FileNotFoundError:
                 return False
-            segment = Segment(segment_name(self.prefix, generation), mapped) if mapped else None
+            segment = (
+                None if mapped is None else Segment(segment_name(self.prefix, generation), mapped)
+            )
         if segment is not None:
             segment.head[CLOSED] = 1  # before unlinking: see WriteRing._grow
         self._unlink(generation)

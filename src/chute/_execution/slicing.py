@@ -25,24 +25,32 @@ from chute._core.dataset import IterDataset, MapDataset
 Pick = Callable[[int], slice]
 
 
-def sliced(ds: IterDataset[Any], pick: Pick, *, to_source: bool = False) -> IterDataset[Any]:
-    """``ds`` rebuilt so that each MapDataset it reads gives only ``pick(len)``."""
+def reshaped(
+    ds: IterDataset[Any], reshape: Callable[[MapDataset[Any]], MapDataset[Any]]
+) -> IterDataset[Any]:
+    """``ds`` rebuilt so that each MapDataset ``m`` it reads is ``reshape(m)`` instead."""
     if not any(isinstance(p, (IterDataset, MapDataset)) for p in ds.parents):
         raise ValueError(
             f"{type(ds).__name__} does not read a MapDataset, so its elements cannot be shared "
             "out among workers; start the pipeline with MapDataset...to_iter_dataset()."
         )
     copied = copy.copy(ds)
-    copied._parents = tuple(_slice_parent(p, pick, to_source) for p in ds.parents)
+    copied._parents = tuple(
+        reshape(p)
+        if isinstance(p, MapDataset)
+        else reshaped(p, reshape)
+        if isinstance(p, IterDataset)
+        else p
+        for p in ds.parents
+    )
     return copied
 
 
-def _slice_parent(parent: Any, pick: Pick, to_source: bool) -> Any:
-    if isinstance(parent, MapDataset):
-        return _push_down(parent, pick) if to_source else parent.slice(pick(len(parent)))
-    if isinstance(parent, IterDataset):
-        return sliced(parent, pick, to_source=to_source)
-    return parent
+def sliced(ds: IterDataset[Any], pick: Pick, *, to_source: bool = False) -> IterDataset[Any]:
+    """``ds`` rebuilt so that each MapDataset it reads gives only ``pick(len)``."""
+    if to_source:
+        return reshaped(ds, lambda m: _push_down(m, pick))
+    return reshaped(ds, lambda m: m.slice(pick(len(m))))
 
 
 def _push_down(top: MapDataset[Any], pick: Pick) -> MapDataset[Any]:
@@ -86,3 +94,10 @@ def share(ds: IterDataset[Any], worker: int, count: int, sequential: bool) -> It
     if sequential:
         return sliced(ds, contiguous(worker, count), to_source=True)
     return sliced(ds, interleaved(worker, count))
+
+
+def share_stream(ds: IterDataset[Any], worker: int, count: int, stream: Any) -> IterDataset[Any]:
+    """Worker ``worker`` of ``count``'s pipeline over ``stream``'s positions of each MapDataset."""
+    from chute._execution.streams import StreamView
+
+    return reshaped(ds, lambda m: StreamView(m, stream).slice(slice(worker, None, count)))

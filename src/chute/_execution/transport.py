@@ -32,12 +32,12 @@ worker's array was read-only.  Neither class is thread-safe.
 
 >>> reader = RingReader()
 >>> writer = RingWriter(reader.prefix)
->>> message = writer.encode({"image": np.ones((64, 64), np.uint8), "label": 3})
+>>> message = writer.encode({"image": np.ones((256, 256), np.uint8), "label": 3})
 >>> len(message) < 1000
 True
 >>> tree = reader.decode(message)
 >>> int(tree["image"].sum()), tree["label"]
-(4096, 3)
+(65536, 3)
 >>> writer.close(); reader.close()
 """
 
@@ -59,7 +59,7 @@ from chute._execution._ring import ReadRings, WriteRing
 
 __all__ = ["RING_MIN_BYTES", "RingReader", "RingSlot", "RingWriter"]
 
-RING_MIN_BYTES = 1 << 10  #: smaller arrays travel inside the message
+RING_MIN_BYTES = 1 << 15  #: smaller arrays go inline: through a pipe, that costs less
 _HEAD = struct.Struct("=3Q")
 _NOTHING = _HEAD.pack(0, 0, 0)
 
@@ -233,9 +233,7 @@ class RingReader:
         if rings.closed:
             raise ValueError("RingReader is closed; decode messages before close().")
         table = struct.unpack_from(f"={3 * count}Q", view, _HEAD.size)
-        buffers = [rings.copy(*table[i : i + 3]) for i in range(0, 3 * count, 3)]
-        rings.release(generation, position)
-        return pickle.loads(view[start:], buffers=buffers)
+        return pickle.loads(view[start:], buffers=rings.take(table, generation, position))
 
     def close(self) -> None:
         """Unlinks every segment of the ring; the writer's next ``encode`` then fails.

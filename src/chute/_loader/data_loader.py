@@ -28,10 +28,10 @@ from chute._core.transforms import TRANSFORM_TYPES, Batch, FlatMap
 from chute._core.validate import check_int
 from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
-from chute._loader.pipeline import Stream, worker_dataset
+from chute._execution.streams import Stream, positions_of, relayout
+from chute._loader.pipeline import worker_dataset
 from chute._loader.samplers import IndexSampler
 from chute._loader.sharding import NoSharding, ShardOptions
-from chute._stages.prefetch import next_index_in_state
 from chute._stages.source import SourceMapDataset
 
 STATE_VERSION = 1
@@ -232,7 +232,7 @@ class DataLoaderIterator:
             "turn": workers["turn"],
             "exhausted": workers["exhausted"],
             "stream": {"pending": list(self._stream.pending), "tail": self._stream.tail},
-            "positions": _positions(states),
+            "positions": positions_of(states),
             "workers": states,
             "sampler": repr(self._loader._sampler),
             "data_source": _describe_source(self._loader._data_source),
@@ -298,44 +298,6 @@ class DataLoaderIterator:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _positions(states: list[dict[str, Any]]) -> list[int] | None:
-    """Stream positions each worker has consumed, if all are whole elements."""
-    if any(_mid_batch(s) for s in states):
-        return None
-    return [next_index_in_state(s) for s in states]
-
-
-def _mid_batch(state: Any) -> bool:
-    """True if a nested iterator state holds pulls not yet emitted."""
-    if isinstance(state, dict):
-        return bool(state.get("pulls")) or any(_mid_batch(v) for v in state.values())
-    return False
-
-
-def relayout(stream: Stream, workers: int, positions: Sequence[int]) -> Stream:
-    """The stream left to read after ``workers`` workers read ``positions`` each.
-
-    Stream index ``s`` was read by worker ``s % workers`` iff ``s // workers``
-    is below that worker's position.  Everything below ``workers * min`` was
-    read and everything from the furthest read index on was not; the indices
-    in between that were not read become the new stream's pending positions.
-    """
-    if len(positions) != workers or any(p < 0 for p in positions):
-        raise CheckpointError(
-            f"the checkpoint's worker positions {positions} do not fit {workers} workers."
-        )
-    read = np.asarray(positions, dtype=np.int64)
-    low = workers * int(read.min())
-    high = max((w + workers * (p - 1) + 1 for w, p in enumerate(positions) if p > 0), default=0)
-    between = np.arange(low, max(low, high), dtype=np.int64)
-    unread = between[(between // workers) >= read[between % workers]]
-    pending = stream.positions(unread).tolist()
-    if high < len(stream.pending):
-        pending += list(stream.pending[high:])
-    tail = stream.tail + max(0, high - len(stream.pending))
-    return Stream(tuple(pending), tail, stream.end)
 
 
 def load(

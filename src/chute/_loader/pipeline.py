@@ -14,7 +14,6 @@ the rest run as IterDataset stages.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,41 +24,10 @@ from chute._core.options import ReadOptions
 from chute._core.seeding import KeyedRng
 from chute._core.transforms import Batch, Filter, FlatMap, Map, MapWithIndex, RandomMap, _name
 from chute._core.tree import stack
+from chute._execution.streams import Stream, StreamMapDataset
 from chute._loader.record import Record, RecordMetadata
 from chute._stages.flat_map import FlatMapIterDataset
 from chute._stages.source import SourceMapDataset
-
-
-@dataclasses.dataclass(frozen=True)
-class Stream:
-    """Sampler positions: ``pending`` first, then ``tail, tail + 1, ...`` below ``end``."""
-
-    pending: tuple[int, ...]
-    tail: int
-    end: int
-
-    def __len__(self) -> int:
-        return len(self.pending) + max(0, self.end - self.tail)
-
-    def positions(self, indices: np.ndarray) -> np.ndarray:
-        pending = np.asarray(self.pending, dtype=np.int64)
-        inside = indices < len(pending)
-        tail = indices - len(pending) + self.tail
-        if not len(pending):
-            return tail
-        return np.where(inside, pending[np.minimum(indices, max(len(pending) - 1, 0))], tail)
-
-
-class _StreamMapDataset(MapDataset[int]):
-    def __init__(self, stream: Stream) -> None:
-        super().__init__()
-        self._stream = stream
-
-    def __len__(self) -> int:
-        return len(self._stream)
-
-    def _getitems(self, indices: Indices) -> list[int]:
-        return self._stream.positions(np.asarray(indices, dtype=np.int64)).tolist()
 
 
 class _ReadMapDataset(MapDataset[Any]):
@@ -189,7 +157,7 @@ def worker_dataset(
     When no operation reads record metadata, the operations run on the data
     itself; otherwise on ``Record``s, unwrapped at the end.
     """
-    positions: MapDataset[int] = _StreamMapDataset(stream)
+    positions: MapDataset[int] = StreamMapDataset(stream)
     if worker_count > 1:
         positions = positions.slice(slice(worker, None, worker_count))
     if not needs_records(operations):

@@ -14,11 +14,15 @@ from collections.abc import Callable
 from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset
+from chute._core.errors import CheckpointError
 from chute._core.options import MultiprocessingOptions
 from chute._core.validate import check_callable
 from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
-from chute._execution.slicing import share
+from chute._execution.slicing import share, share_stream
+from chute._execution.streams import Stream, positions_of, relayout
+from chute._stages.map import MapIterDataset
+from chute._stages.prefetch import PrefetchIterDataset
 
 
 class MultiprocessPrefetchIterDataset(IterDataset[Any]):
@@ -51,18 +55,43 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
             share(parent, worker, options.num_workers, self._sequential)
 
     def __iter__(self) -> DatasetIterator[Any]:
+        return _MultiprocessIterator(self)
+
+    def _workers(self, stream: Stream | None, states: list[Any]) -> list[RemoteIterator]:
         count = self._options.num_workers
-        workers = [
+        return [
             RemoteIterator(
-                share(self._parent, w, count, self._sequential),
+                share(self._parent, w, count, self._sequential)
+                if stream is None
+                else share_stream(self._parent, w, count, stream),
                 index=w,
                 count=count,
                 buffer_size=self._options.per_worker_buffer_size,
                 worker_init_fn=self._init_fn,
+                state=state,
             )
-            for w in range(count)
+            for w, state in enumerate(states)
         ]
-        return RoundRobinIterator(workers)
+
+    def _elastic_problem(self) -> str | None:
+        """Why a checkpoint cannot move to another number of workers, or None."""
+        if self._sequential:
+            return "sequential_slice gives every worker a fixed block of the source"
+        node: Any = self._parent
+        while not isinstance(node, PrefetchIterDataset):
+            if type(node) is not MapIterDataset:
+                return (
+                    f"the workers run {type(node).__name__}, which is not a plain element-wise "
+                    "map (a filter, batch or other stage holds positions of its own)"
+                )
+            node = node._parent
+        return None
+
+    def _source_length(self) -> int:
+        node: Any = self._parent
+        while not isinstance(node, PrefetchIterDataset):
+            node = node._parent
+        return len(node._parent)
 
     def _describe(self) -> str:
         return f"{self._parent!r}, {self._options}"
@@ -89,3 +118,57 @@ def prefetch(ds: IterDataset[Any], options: MultiprocessingOptions) -> IterDatas
         stacklevel=3,
     )
     return mp_prefetch(ds, options)
+
+
+class _MultiprocessIterator(RoundRobinIterator):
+    """Workers read in turn; a checkpoint restores into another worker count where it can."""
+
+    _stage = "mp_prefetch"
+
+    def __init__(self, ds: MultiprocessPrefetchIterDataset, stream: Stream | None = None) -> None:
+        self._ds, self._stream = ds, stream
+        super().__init__(ds._workers(stream, [None] * ds._options.num_workers))
+
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        stream = self._stream
+        state["stream"] = (
+            None if stream is None else {"pending": list(stream.pending), "tail": stream.tail}
+        )
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "workers", "turn", "exhausted", "stream")
+        saved = state["stream"]
+        stream = (
+            None
+            if saved is None
+            else Stream(tuple(saved["pending"]), int(saved["tail"]), self._ds._source_length())
+        )
+        if len(state["workers"]) == len(self._parents) and stream == self._stream:
+            super().set_state(state)
+            return
+        if len(state["workers"]) == len(self._parents):
+            self._replace(stream, state["workers"], int(state["turn"]), state["exhausted"])
+            return
+        positions = positions_of(state["workers"])
+        problem = self._ds._elastic_problem() or (
+            None if positions is not None else "a worker stopped inside a batch"
+        )
+        if problem is not None or positions is None:
+            raise CheckpointError(
+                f"this checkpoint was saved with {len(state['workers'])} worker(s) and cannot be "
+                f"restored into {len(self._parents)}: {problem}. Restore it with the saved count."
+            )
+        old = stream or Stream((), 0, self._ds._source_length())
+        new = relayout(old, len(state["workers"]), positions)
+        self._replace(new, [None] * len(self._parents), 0, [False] * len(self._parents))
+
+    def _replace(
+        self, stream: Stream | None, states: list[Any], turn: int, exhausted: list[Any]
+    ) -> None:
+        for it in self._parents:
+            it.close()
+        self._stream = stream
+        self._parents = tuple(self._ds._workers(stream, states))
+        self._turn, self._exhausted = turn, [bool(x) for x in exhausted]

@@ -1,0 +1,106 @@
+"""Streams of positions, and re-dealing them to a new number of workers.
+
+A *stream* is the sequence of positions a group of workers reads: an explicit
+list of ``pending`` positions, then every position from ``tail`` below
+``end``.  Worker ``w`` of ``W`` reads ``stream[w::W]``.  ``relayout`` turns
+what ``W`` workers have read into the stream that is left, so a checkpoint
+restores into another number of workers with nothing lost or repeated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._core.dataset import Indices, MapDataset
+from chute._core.errors import CheckpointError
+from chute._stages.prefetch import next_index_in_state
+
+
+@dataclasses.dataclass(frozen=True)
+class Stream:
+    """Sampler positions: ``pending`` first, then ``tail, tail + 1, ...`` below ``end``."""
+
+    pending: tuple[int, ...]
+    tail: int
+    end: int
+
+    def __len__(self) -> int:
+        return len(self.pending) + max(0, self.end - self.tail)
+
+    def positions(self, indices: np.ndarray) -> np.ndarray:
+        pending = np.asarray(self.pending, dtype=np.int64)
+        inside = indices < len(pending)
+        tail = indices - len(pending) + self.tail
+        if not len(pending):
+            return tail
+        return np.where(inside, pending[np.minimum(indices, max(len(pending) - 1, 0))], tail)
+
+
+class StreamMapDataset(MapDataset[int]):
+    """The positions of a stream, as a MapDataset."""
+
+    def __init__(self, stream: Stream) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def __len__(self) -> int:
+        return len(self._stream)
+
+    def _getitems(self, indices: Indices) -> list[int]:
+        return self._stream.positions(np.asarray(indices, dtype=np.int64)).tolist()
+
+
+class StreamView(MapDataset[Any]):
+    """The elements of ``parent`` at the positions of ``stream``, in stream order."""
+
+    def __init__(self, parent: MapDataset[Any], stream: Stream) -> None:
+        super().__init__(parent)
+        self._stream = stream
+
+    def __len__(self) -> int:
+        return len(self._stream)
+
+    def _getitems(self, indices: Indices) -> list[Any]:
+        return self._parent._getitems(self._stream.positions(np.asarray(indices, dtype=np.int64)))
+
+
+def relayout(stream: Stream, workers: int, positions: Sequence[int]) -> Stream:
+    """The stream left to read after ``workers`` workers read ``positions`` each.
+
+    Stream index ``s`` was read by worker ``s % workers`` iff ``s // workers``
+    is below that worker's position.  Everything below ``workers * min`` was
+    read and everything from the furthest read index on was not; the indices
+    in between that were not read become the new stream's pending positions.
+    """
+    if len(positions) != workers or any(p < 0 for p in positions):
+        raise CheckpointError(
+            f"the checkpoint's worker positions {positions} do not fit {workers} workers."
+        )
+    read = np.asarray(positions, dtype=np.int64)
+    low = workers * int(read.min())
+    high = max((w + workers * (p - 1) + 1 for w, p in enumerate(positions) if p > 0), default=0)
+    between = np.arange(low, max(low, high), dtype=np.int64)
+    unread = between[(between // workers) >= read[between % workers]]
+    pending = stream.positions(unread).tolist()
+    if high < len(stream.pending):
+        pending += list(stream.pending[high:])
+    tail = stream.tail + max(0, high - len(stream.pending))
+    return Stream(tuple(pending), tail, stream.end)
+
+
+def positions_of(states: Sequence[dict[str, Any]]) -> list[int] | None:
+    """Stream positions each worker has consumed, if all are whole elements."""
+    if any(_mid_batch(s) for s in states):
+        return None
+    return [next_index_in_state(s) for s in states]
+
+
+def _mid_batch(state: Any) -> bool:
+    """True if a nested iterator state holds pulls not yet emitted."""
+    if isinstance(state, dict):
+        return bool(state.get("pulls")) or any(_mid_batch(v) for v in state.values())
+    return False
