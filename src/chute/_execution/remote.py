@@ -24,6 +24,7 @@ import cloudpickle
 from chute._core.errors import ChuteError, closed_error
 from chute._core.iterator import DatasetIterator
 from chute._execution import processes
+from chute._execution.transport import RingReader, RingWriter
 
 
 class WorkerDiedError(ChuteError, RuntimeError):
@@ -33,52 +34,69 @@ class WorkerDiedError(ChuteError, RuntimeError):
 _ITEM, _ERROR, _END, _READY, _FAILED = "item", "error", "end", "ready", "failed"
 
 
-def _worker_main(payload: bytes, results: Any, credits: Any, index: int, count: int) -> None:
+def _plain(message: tuple[Any, ...]) -> bytes:
+    return b"P" + pickle.dumps(message, protocol=5)
+
+
+def _worker_main(
+    payload: bytes, results: Any, credits: Any, index: int, count: int, ring: str
+) -> None:
     """The worker's loop: one credit in, one element (or error, or end) out."""
     processes.ignore_interrupts()
     try:
+        writer = RingWriter(ring)
         dataset, state, init_fn = cloudpickle.loads(payload)
         if init_fn is not None:
             init_fn(index, count)
         it = iter(dataset)
         if state is not None:
             it.set_state(state)
-        ready = pickle.dumps((_READY, None, it.get_state()), protocol=5)
     except Exception as exc:  # report why this worker cannot start, then stop
-        results.send_bytes(
-            pickle.dumps((_FAILED, processes.exception_message(exc), {}), protocol=5)
-        )
+        results.send_bytes(_plain((_FAILED, processes.exception_message(exc), {})))
         return
-    results.send_bytes(ready)
+
+    def send(message: tuple[Any, ...]) -> None:
+        try:
+            data = b"R" + writer.encode(message)
+        except (pickle.PicklingError, TypeError, AttributeError, ValueError):
+            data = b"P" + cloudpickle.dumps(message)  # what plain pickle cannot carry
+        results.send_bytes(data)
+
     try:
-        while command := credits.recv_bytes():
-            if command != b"1":  # a new state to start from
-                it.set_state(pickle.loads(command))
-                results.send_bytes(pickle.dumps((_READY, None, it.get_state()), protocol=5))
-                continue
-            try:
-                x = next(it)
-            except StopIteration:  # stay alive: the parent may rewind us for another epoch
-                results.send_bytes(pickle.dumps((_END, None, it.get_state()), protocol=5))
-                continue
-            except Exception as exc:
-                message = (_ERROR, processes.exception_message(exc), it.get_state())
-                results.send_bytes(pickle.dumps(message, protocol=5))
-                continue
-            results.send_bytes(pickle.dumps((_ITEM, x, it.get_state()), protocol=5))
+        send((_READY, None, it.get_state()))
+        _serve(it, credits, send)
     except (EOFError, BrokenPipeError, OSError):
         return  # the parent closed our pipes: stop quietly
     finally:
         it.close()
+        writer.close()
 
 
-def _stop(process: Any, pipes: list[Any]) -> None:
+def _serve(it: Any, credits: Any, send: Any) -> None:
+    while command := credits.recv_bytes():
+        if command != b"1":  # a new state to start from
+            it.set_state(pickle.loads(command))
+            send((_READY, None, it.get_state()))
+            continue
+        try:
+            x = next(it)
+        except StopIteration:  # stay alive: the parent may rewind us for another epoch
+            send((_END, None, it.get_state()))
+            continue
+        except Exception as exc:
+            send((_ERROR, processes.exception_message(exc), it.get_state()))
+            continue
+        send((_ITEM, x, it.get_state()))
+
+
+def _stop(process: Any, pipes: list[Any], reader: RingReader) -> None:
     for conn in pipes:
         conn.close()
     process.join(timeout=5)
     if process.is_alive():
         process.kill()
         process.join(timeout=5)
+    reader.close()
 
 
 class RemoteIterator(DatasetIterator[Any]):
@@ -108,15 +126,18 @@ class RemoteIterator(DatasetIterator[Any]):
         receive, send = ctx.Pipe(duplex=False)
         credit_in, credit_out = ctx.Pipe(duplex=False)
         payload = processes.dumps((self._dataset, state, self._init_fn))
+        self._ring = RingReader()
         self._process = processes.start(
             _worker_main,
-            (payload, send, credit_in, self._index, self._count),
+            (payload, send, credit_in, self._index, self._count, self._ring.prefix),
             name=f"chute-worker-{self._index}",
         )
         send.close()
         credit_in.close()
         self._results, self._credits = receive, credit_out
-        self._finalizer = weakref.finalize(self, _stop, self._process, [receive, credit_out])
+        self._finalizer = weakref.finalize(
+            self, _stop, self._process, [receive, credit_out], self._ring
+        )
         self._ended = False
         self._state_now = None  # set by the worker's READY message
         for _ in range(self._buffer_size):
@@ -135,9 +156,10 @@ class RemoteIterator(DatasetIterator[Any]):
         if not processes.wait_for(self._results, self._process):
             raise self._died()
         try:
-            message = pickle.loads(self._results.recv_bytes())
+            data = self._results.recv_bytes()
         except EOFError:
             raise self._died() from None
+        message = self._ring.decode(data[1:]) if data[:1] == b"R" else pickle.loads(data[1:])
         if message[0] == _FAILED:
             exc = _rebuild(message[1], self._index)
             raise WorkerDiedError(
