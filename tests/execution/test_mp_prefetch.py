@@ -280,3 +280,55 @@ def test_a_worker_count_change_is_refused_with_the_reason_when_workers_batch() -
     ):
         iter(ds(3)).set_state(it.get_state())
     it.close()
+
+
+def test_strings_object_arrays_and_big_arrays_cross_the_process_boundary() -> None:
+    import numpy as np
+
+    def element(i: int) -> dict[str, Any]:
+        return {
+            "text": f"record {i}",
+            "tags": np.array([f"t{i}", None, {"k": i}], dtype=object),
+            "image": np.full((64, 64, 3), i, np.uint8),
+            "ids": np.arange(i, i + 5000, dtype=np.int64),
+        }
+
+    ds = grain.MapDataset.range(6).map(element).to_iter_dataset()
+    out = list(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
+    assert [o["text"] for o in out] == [f"record {i}" for i in range(6)]
+    assert out[3]["tags"][2] == {"k": 3} and out[3]["tags"][1] is None
+    assert all(int(o["image"][0, 0, 0]) == i and o["ids"][0] == i for i, o in enumerate(out))
+
+
+INTERRUPTED = """
+import os, signal, sys, time
+import chute as grain
+
+def slow(x):
+    time.sleep(0.01)
+    return x
+
+ds = grain.MapDataset.range(10_000).map(slow).to_iter_dataset().mp_prefetch(
+    grain.MultiprocessingOptions(num_workers=2))
+it = iter(ds)
+next(it)
+print(" ".join(str(w._process.pid) for w in it._parents), flush=True)
+os.kill(os.getpid(), signal.SIGINT)
+for _ in it:
+    pass
+"""
+
+
+def test_ctrl_c_stops_the_workers_and_exits(tmp_path: Any) -> None:
+    script = tmp_path / "interrupted.py"
+    script.write_text(textwrap.dedent(INTERRUPTED))
+    child = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    stdout, stderr = child.communicate(timeout=60)
+    assert child.returncode != 0 and "KeyboardInterrupt" in stderr
+    assert "leaked" not in stderr
+    for pid in map(int, stdout.split()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # the worker is gone
+    assert not [name for name in os.listdir("/dev/shm") if f"-{child.pid}-" in name]
