@@ -332,3 +332,36 @@ def test_ctrl_c_stops_the_workers_and_exits(tmp_path: Any) -> None:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # the worker is gone
     assert not [name for name in os.listdir("/dev/shm") if f"-{child.pid}-" in name]
+
+
+def test_batches_built_in_shared_memory_equal_inline_batches() -> None:
+    import numpy as np
+
+    def element(i: int) -> dict[str, Any]:
+        return {
+            "img": np.full((40, 40, 3), i, np.uint8),
+            "label": i,
+            "name": f"n{i}",
+            "f": np.float32(i),
+        }
+
+    ds = grain.MapDataset.range(20).map(element).to_iter_dataset().batch(4)
+    inline = list(ds)
+    remote = list(ds.mp_prefetch(MultiprocessingOptions(num_workers=1)))
+    assert len(inline) == len(remote) == 5
+    for a, b in zip(inline, remote):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key])
+
+
+def test_uneven_arrays_in_a_worker_batch_raise_the_usual_error() -> None:
+    import numpy as np
+
+    ds = (
+        grain.MapDataset.range(4).map(lambda i: np.zeros((100 + i, 100))).to_iter_dataset().batch(2)
+    )
+    it = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=1)))
+    with pytest.raises(ValueError, match="cannot stack arrays of different shapes"):
+        next(it)
+    it.close()

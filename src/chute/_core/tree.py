@@ -100,7 +100,7 @@ def _stack_leaves(leaves: list[Any]) -> Any:
 _LEAF_TYPES = (np.ndarray, int, float, str, bytes, bool, np.generic)
 
 
-def _stack(elements: list[Any]) -> Any:
+def _stack(elements: list[Any], leaves_fn: Callable[[list[Any]], Any] = _stack_leaves) -> Any:
     first = elements[0]
     kinds = set(map(type, elements))
     if len(kinds) == 1:
@@ -110,9 +110,9 @@ def _stack(elements: list[Any]) -> Any:
             if not all(map(keys.__eq__, map(dict.keys, elements))):
                 pos = next(p for p, e in enumerate(elements) if e.keys() != keys)
                 raise _mismatch(first, elements[pos], pos)
-            return {k: _stack([e[k] for e in elements]) for k in keys}
+            return {k: _stack([e[k] for e in elements], leaves_fn) for k in keys}
         if kind in _LEAF_TYPES or issubclass(kind, np.generic):
-            return _stack_leaves(elements)
+            return leaves_fn(elements)
     if first is None:
         for pos, e in enumerate(elements):
             if e is not None:
@@ -124,25 +124,27 @@ def _stack(elements: list[Any]) -> Any:
             if not isinstance(e, Mapping) or e.keys() != keys:
                 raise _mismatch(first, e, pos)
         return type(first)(  # type: ignore[call-arg]
-            {k: _stack([e[k] for e in elements]) for k in keys}
+            {k: _stack([e[k] for e in elements], leaves_fn) for k in keys}
         )
     if isinstance(first, (list, tuple)):
         kind, size = type(first), len(first)
         for pos, e in enumerate(elements):
             if type(e) is not kind or len(e) != size:
                 raise _mismatch(first, e, pos)
-        parts = [_stack([e[i] for e in elements]) for i in range(size)]
+        parts = [_stack([e[i] for e in elements], leaves_fn) for i in range(size)]
         return kind(*parts) if _is_namedtuple(first) else kind(parts)
     for pos, e in enumerate(elements):
         if isinstance(e, (Mapping, list, tuple)) or e is None:
             raise _mismatch(first, e, pos)
-    return _stack_leaves(elements)
+    return leaves_fn(elements)
 
 
-def stack(elements: Sequence[Any]) -> Any:
+def stack(elements: Sequence[Any], leaves_fn: Callable[[list[Any]], Any] = _stack_leaves) -> Any:
     """Stacks a non-empty list of trees leaf by leaf along a new leading axis.
 
     Numbers become a numpy array, strings and bytes a numpy string array.
+    ``leaves_fn`` combines each group of leaves (a worker process uses it to
+    stack arrays straight into shared memory).
 
     >>> stack([{"a": 1, "b": (2.0, "x")}, {"a": 3, "b": (4.0, "yz")}])
     {'a': array([1, 3]), 'b': (array([2., 4.]), array(['x', 'yz'], dtype='<U2'))}
@@ -160,8 +162,8 @@ def stack(elements: Sequence[Any]) -> Any:
                 raise _mismatch(items[0], e, pos)
             for column, leaf in zip(columns, leaves):
                 column.append(leaf)
-        return jtu.tree_unflatten(treedef, [_stack_leaves(c) for c in columns])
-    return _stack(items)
+        return jtu.tree_unflatten(treedef, [leaves_fn(c) for c in columns])
+    return _stack(items, leaves_fn)
 
 
 def _plain(tree: Any) -> bool:

@@ -15,16 +15,21 @@ by the OS, out of memory) raises ``WorkerDiedError`` at once, never a hang.
 
 from __future__ import annotations
 
+import copy
+import functools
 import pickle
 import weakref
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
+from chute._core import tree
 from chute._core.errors import ChuteError, closed_error
 from chute._core.iterator import DatasetIterator
 from chute._execution import processes
-from chute._execution.transport import RingReader, RingWriter
+from chute._execution.transport import RING_MIN_BYTES, RingReader, RingWriter
+from chute._stages.batch import BatchIterDataset
 
 
 class WorkerDiedError(ChuteError, RuntimeError):
@@ -46,6 +51,7 @@ def _worker_main(
     try:
         writer = RingWriter(ring)
         dataset, state, init_fn = cloudpickle.loads(payload)
+        dataset = _batches_in_ring(dataset, writer)
         if init_fn is not None:
             init_fn(index, count)
         it = iter(dataset)
@@ -70,6 +76,38 @@ def _worker_main(
     finally:
         it.close()
         writer.close()
+
+
+def _batches_in_ring(dataset: Any, writer: RingWriter) -> Any:
+    """When the worker's last stage batches with the default stacking, stack into the ring.
+
+    Large array leaves are stacked straight into reserved shared memory, so a
+    batch crosses to the parent without an intermediate copy.
+    """
+    if not (isinstance(dataset, BatchIterDataset) and dataset._batch_fn is tree.stack):
+        return dataset
+    copied = copy.copy(dataset)
+    copied._batch_fn = functools.partial(
+        tree.stack, leaves_fn=functools.partial(_stack_in_ring, writer)
+    )
+    return copied
+
+
+def _stack_in_ring(writer: RingWriter, leaves: list[Any]) -> Any:
+    first = leaves[0]
+    if (
+        isinstance(first, np.ndarray)
+        and first.dtype != object
+        and first.nbytes * len(leaves) >= RING_MIN_BYTES
+        and all(isinstance(x, np.ndarray) and x.dtype == first.dtype for x in leaves)
+    ):
+        slot, view = writer.reserve((len(leaves), *first.shape), first.dtype)
+        try:
+            np.stack(leaves, out=view)
+        except ValueError:
+            return tree.stack(leaves)  # different shapes: the usual error
+        return slot
+    return tree.stack(leaves)
 
 
 def _serve(it: Any, credits: Any, send: Any) -> None:
