@@ -444,6 +444,12 @@ def bench_cpu(chute: Any, grain: Any, repeats: int) -> dict[str, Any]:
             f"batch ({extra / CPU_N * 1e6:.0f} us an element) of start-up, transfer and "
             "overlap loss"
         )
+        if grain2.rate():
+            ceiling = WORKERS * (chute0.rate() or 0) / grain2.rate()
+            diagnosis += (
+                f"; {WORKERS} workers can at most double the 0-worker rate on {WORKERS} cores, "
+                f"so chute/grain can reach at most {ceiling:.2f}x here"
+            )
         print(f"  {diagnosis}")
     return {
         "name": "cpu",
