@@ -145,24 +145,22 @@ class _MultiprocessIterator(RoundRobinIterator):
             if saved is None
             else Stream(tuple(saved["pending"]), int(saved["tail"]), self._ds._source_length())
         )
-        if len(state["workers"]) == len(self._parents) and stream == self._stream:
-            super().set_state(state)
-            return
-        if len(state["workers"]) == len(self._parents):
+        saved_count, count = len(state["workers"]), len(self._parents)
+        if saved_count == count and stream == self._stream:
+            super().set_state(state)  # the live workers move in place
+        elif saved_count == count:
             self._replace(stream, state["workers"], int(state["turn"]), state["exhausted"])
-            return
-        positions = positions_of(state["workers"])
-        problem = self._ds._elastic_problem() or (
-            None if positions is not None else "a worker stopped inside a batch"
-        )
-        if problem is not None or positions is None:
-            raise CheckpointError(
-                f"this checkpoint was saved with {len(state['workers'])} worker(s) and cannot be "
-                f"restored into {len(self._parents)}: {problem}. Restore it with the saved count."
-            )
-        old = stream or Stream((), 0, self._ds._source_length())
-        new = relayout(old, len(state["workers"]), positions)
-        self._replace(new, [None] * len(self._parents), 0, [False] * len(self._parents))
+        else:
+            positions = positions_of(state["workers"])
+            problem = self._ds._elastic_problem()
+            if problem is not None or positions is None:
+                raise CheckpointError(
+                    f"this checkpoint was saved with {saved_count} worker(s) and cannot be "
+                    f"restored into {count}: {problem or 'a worker stopped inside a batch'}. "
+                    "Restore it with the saved count."
+                )
+            old = stream or Stream((), 0, self._ds._source_length())
+            self._replace(relayout(old, saved_count, positions), [None] * count, 0, [False] * count)
 
     def _replace(
         self, stream: Stream | None, states: list[Any], turn: int, exhausted: list[Any]
