@@ -130,7 +130,7 @@ class DataLoader:
                 "DataLoader: sampler must be a chute sampler (IndexSampler, SequentialSampler) or "
                 f"have __len__ and __getitem__ (got {type(sampler).__name__})."
             )
-        records = getattr(sampler, "num_records", None) or getattr(sampler, "_num_records", None)
+        records = getattr(sampler, "_num_records", None)
         if records is not None and records > len(self._source):
             raise ValueError(
                 f"DataLoader: the sampler reads {records} records but the data source has only "
@@ -139,7 +139,7 @@ class DataLoader:
 
     @property
     def _seed(self) -> int | None:
-        return getattr(self._sampler, "seed", None) or getattr(self._sampler, "_seed", None)
+        return getattr(self._sampler, "_seed", None)
 
     def _length(self) -> int:
         """Positions this loader reads: shard ``s`` of ``k`` reads ``s, s + k, ...``.
