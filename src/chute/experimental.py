@@ -1,7 +1,8 @@
 """Experimental stages and helpers, named as in Grain, plus chute's own additions.
 
 chute's own additions (not in Grain): ``ErrorBudgetIterDataset`` and
-``skip_errors``, which skip failing elements up to a budget.
+``skip_errors``, which skip failing elements up to a budget, and
+``TFRecordIterDataset``, a checksum-verifying TFRecord reader in pure Python.
 """
 
 from chute._core.conformance import assert_equal_output_after_checkpoint
@@ -16,6 +17,7 @@ from chute._stages.multithread_prefetch import multithread_prefetch
 from chute._stages.prefetch import get_next_index, set_next_index
 from chute._stages.rebatch import RebatchIterDataset
 from chute._stages.repeat import RepeatIterDataset
+from chute._sources.tfrecord import TFRecordIterDataset
 from chute._stages.thread_prefetch import ThreadPrefetchIterDataset
 from chute._stages.window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
 from chute._stages.zip import ZipIterDataset, ZipMapDataset
@@ -29,6 +31,7 @@ __all__ = [
     "LimitIterDataset",
     "RebatchIterDataset",
     "RepeatIterDataset",
+    "TFRecordIterDataset",
     "ThreadPrefetchIterDataset",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
