@@ -1,0 +1,186 @@
+"""``chute convert``: rows of Parquet, JSONL, NumPy, images, TFRecord or a Hugging
+Face dataset into ArrayRecord shards (the record format is in ``chute.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from chute._cli.decode import human_size
+from chute._cli.errors import CliError
+from chute._cli.readers import FORMATS, READERS, detect_format, resolve_inputs
+from chute._cli.records import SERIALIZERS, encoder
+
+__all__ = ["register", "run", "shard_paths"]
+
+DEFAULT_OPTIONS = "group_size:1"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1 (got {text!r})")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction, epilog: str) -> None:
+    """Adds the ``convert`` subcommand, whose help ends with ``epilog``."""
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert a data set into ArrayRecord shards",
+        description="Convert a data set into ArrayRecord shards, one record per row.",
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("input", metavar="INPUT", help="a file, a folder or a quoted glob")
+    parser.add_argument(
+        "output_prefix",
+        metavar="OUTPUT_PREFIX",
+        help="where to write: OUTPUT_PREFIX-00000-of-0000N.array_record, ...",
+    )
+    parser.add_argument(
+        "--format", default="auto", choices=("auto", *FORMATS), help="input format (default: auto)"
+    )
+    parser.add_argument(
+        "--num-shards", type=_positive, default=1, help="number of output files (default: 1)"
+    )
+    parser.add_argument(
+        "--serializer",
+        default="pickle",
+        choices=SERIALIZERS,
+        help="how rows that are not bytes become records (default: pickle)",
+    )
+    parser.add_argument(
+        "--options",
+        default=DEFAULT_OPTIONS,
+        help=f"ArrayRecord writer options (default: {DEFAULT_OPTIONS!r}, for fast random access)",
+    )
+    parser.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+    parser.set_defaults(run=run)
+
+
+def shard_paths(prefix: str, num_shards: int) -> list[str]:
+    """The files ``convert`` writes for ``prefix``.
+
+    >>> shard_paths("out/train", 2)
+    ['out/train-00000-of-00002.array_record', 'out/train-00001-of-00002.array_record']
+    """
+    return [f"{prefix}-{i:05d}-of-{num_shards:05d}.array_record" for i in range(num_shards)]
+
+
+def _check_output(prefix: str) -> str:
+    """``prefix`` once its folder exists and is writable, else a ``CliError``."""
+    path = Path(prefix)
+    if prefix.endswith(("/", os.sep)) or path.is_dir():
+        raise CliError(
+            f"{prefix}: OUTPUT_PREFIX is a folder; give a file-name prefix inside it, "
+            f"e.g. {path / 'data'}"
+        )
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(
+            f"{folder}: cannot create the output folder ({exc.strerror}); "
+            "choose an OUTPUT_PREFIX in a writable folder"
+        ) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CliError(
+            f"{folder}: the output folder is not writable; choose another OUTPUT_PREFIX "
+            "or fix the folder's permissions"
+        )
+    return str(path)
+
+
+class _Progress:
+    """Iterates over ``records``, counting them, with a tqdm bar on stderr.
+
+    The bar shows when tqdm is installed, ``hide`` is false and stderr is a
+    terminal.
+    """
+
+    def __init__(self, records: Iterator[bytes], total: int | None, hide: bool) -> None:
+        self.records, self.total, self.hide, self.count = records, total, hide, 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        bar = self._bar()
+        try:
+            for record in self.records:
+                self.count += 1
+                yield record
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def _bar(self) -> Any:
+        if self.hide:
+            return None
+        try:
+            tqdm = importlib.import_module("tqdm").tqdm
+        except ImportError:
+            return None
+        return tqdm(total=self.total, unit=" records", disable=None)
+
+
+def _first_and_rest(records: Iterator[bytes], source: str) -> Iterator[bytes]:
+    """``records`` whole, after checking that there is at least one."""
+    first = next(records, None)
+    if first is None:
+        raise CliError(f"{source}: has no records; nothing to convert, check the input")
+    return itertools.chain([first], records)
+
+
+def _check_shard_count(total: int | None, num_shards: int, source: str) -> None:
+    if total is not None and 0 < total < num_shards:
+        raise CliError(
+            f"{source}: --num-shards {num_shards} is more than its {total} records, which "
+            f"would leave shards empty; use --num-shards {total} or fewer"
+        )
+
+
+def _write(records: _Progress, prefix: str, args: argparse.Namespace) -> list[str]:
+    try:
+        from chute._sources.array_record_writer import write_array_record
+    except ImportError as exc:
+        raise CliError(f"writing ArrayRecord files needs array_record ({exc})") from None
+    try:
+        return write_array_record(records, prefix, num_shards=args.num_shards, options=args.options)
+    except (OSError, ValueError) as exc:
+        raise CliError(f"{prefix}: cannot write the shards: {exc}") from None
+
+
+def _report(lead: str, shards: list[str]) -> None:
+    size = sum(os.path.getsize(p) for p in shards)
+    print(f"{lead} {len(shards)} shard(s), {human_size(size)}:")
+    for path in shards:
+        print(f"  {path}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``chute convert`` with parsed ``args``; returns the exit status."""
+    paths = resolve_inputs(args.input)
+    fmt = detect_format(paths, args.format)
+    prefix = _check_output(args.output_prefix)
+    shards = shard_paths(prefix, args.num_shards)
+    if all(os.path.isfile(p) for p in shards):
+        _report(f"{prefix}: nothing to do (delete the shards to convert again), found", shards)
+        return 0
+    encode = encoder(args.serializer)
+    rows, total = READERS[fmt](paths)
+    _check_shard_count(total, args.num_shards, args.input)
+    records = _Progress(
+        _first_and_rest((encode(row) for row in rows), args.input), total, args.no_progress
+    )
+    written = _write(records, prefix, args)
+    _report(f"{fmt} input {args.input}: {records.count} records into", written)
+    return 0
