@@ -1,0 +1,326 @@
+"""``ArrayRecordDataSource``: the records of ArrayRecord files, read by global index.
+
+Files are given as a path, a glob pattern (``data/*.array_record``), a
+sharded spec ``prefix@N`` (``prefix-00000-of-0000N`` and on, with or without
+the ``.array_record`` suffix that ``write_array_record`` adds), a slice of a
+file (``path[10:20]``, as in Grain), an object with ``filename``, ``skip``
+and ``take`` (TFDS's ``FileInstruction``), or a list of any of these.  Record
+``i`` of the dataset is found in the files in the order given.
+
+Reads go through array_record's ranged read, ``reader.read(k, k + 1)``, once
+per record.  Its cost does not depend on the file's size.  The multi-index
+read, ``reader.read([k, ...])``, costs time in proportion to the number of
+records *in the file* on every call (about 0.4 ms for 200,000 records, so a
+million-record file cannot go past ~500 such calls a second), and that is
+what makes per-record reads through it so slow; benchmarks/README.md has
+the numbers.  One reader per file serves every thread: its indexed reads are
+thread-safe and release the GIL.  Readers open lazily in each process.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from chute._sources.protocol import as_index, check_indices, out_of_range
+
+__all__ = ["ArrayRecordDataSource"]
+
+_WHAT = "ArrayRecordDataSource"
+# Random access reads one record at a time: reading ahead only wastes work.
+# These are the options that array_record's own documentation gives for it.
+_DEFAULT_OPTIONS = {"readahead_buffer_size": "0", "max_parallelism": "0"}
+_SLICE = re.compile(r"(.+)\[(\d+):(\d+)\]")
+_SHARDS = re.compile(r"(.+)@(\d+)")
+_REPR_FILES = 4
+_ITER_BLOCK = 1024
+
+
+def _reader_class() -> Any:
+    try:
+        from array_record.python.array_record_module import ArrayRecordReader
+    except ImportError as exc:
+        raise ImportError(
+            f"{_WHAT} needs the array_record package: pip install chute[array_record]"
+        ) from exc
+    return ArrayRecordReader
+
+
+def _reader_options(options: object) -> str:
+    """array_record's option string: chute's defaults, overridden by ``options``."""
+    if options is None:
+        given: dict[str, str] = {}
+    elif isinstance(options, str):
+        pairs = [p.split(":", 1) for p in options.split(",") if p.strip()]
+        if any(len(p) != 2 for p in pairs):
+            raise ValueError(
+                f"{_WHAT}: reader_options must be 'name:value' pairs separated by commas, "
+                f"like 'readahead_buffer_size:0,max_parallelism:0' (got {options!r})."
+            )
+        given = {k.strip(): v.strip() for k, v in pairs}
+    elif isinstance(options, Mapping):
+        given = {str(k): str(v) for k, v in options.items()}
+    else:
+        raise TypeError(
+            f"{_WHAT}: reader_options must be a str like 'readahead_buffer_size:0' or a dict "
+            f"of str (got {options!r} that is a {type(options).__name__})."
+        )
+    return ",".join(f"{k}:{v}" for k, v in {**_DEFAULT_OPTIONS, **given}.items())
+
+
+def _open(path: str, options: str) -> Any:
+    """An open reader for ``path``, or an error that names the file and what is wrong."""
+    if os.path.isdir(path):
+        raise IsADirectoryError(
+            f"{_WHAT}: {path!r} is a directory; pass the files in it, for example "
+            f"{os.path.join(path, '*.array_record')!r}."
+        )
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{_WHAT}: no such file: {path!r}.")
+    try:
+        reader = _reader_class()(path, options)
+    except ValueError as exc:
+        raise ValueError(f"{_WHAT}: bad reader_options {options!r}: {exc}") from exc
+    if not reader.ok():
+        try:
+            reader.close()
+            reason = "the reader failed"
+        except RuntimeError as exc:
+            reason = str(exc)
+        raise ValueError(
+            f"{_WHAT}: {path!r} is not a readable ArrayRecord file (truncated, corrupt or "
+            f"another format): {reason}"
+        )
+    return reader
+
+
+def _count(path: str, options: str) -> int:
+    reader = _open(path, options)
+    try:
+        return int(reader.num_records())
+    finally:
+        reader.close()
+
+
+def _expand(path: str) -> list[tuple[str, int | None, int | None]]:
+    """The files (with a record range, or ``None`` for the whole file) one path names."""
+    if os.path.exists(path):
+        return [(path, None, None)]
+    if m := _SLICE.fullmatch(path):
+        return [(m[1], int(m[2]), int(m[3]))]
+    if m := _SHARDS.fullmatch(path):
+        count = int(m[2])
+        names = [f"{m[1]}-{i:05d}-of-{count:05d}" for i in range(count)]
+        if count and not os.path.exists(names[0]) and os.path.exists(names[0] + ".array_record"):
+            names = [n + ".array_record" for n in names]
+        return [(n, None, None) for n in names]
+    if glob.has_magic(path):
+        found = sorted(glob.glob(path))
+        if not found:
+            raise FileNotFoundError(f"{_WHAT}: no files match the pattern {path!r}.")
+        return [(f, None, None) for f in found]
+    return [(path, None, None)]
+
+
+def _entry(path: object) -> list[tuple[str, int | None, int | None]]:
+    if isinstance(path, (str, os.PathLike)) and not isinstance(path, bytes):
+        return _expand(os.fspath(path))
+    if all(hasattr(path, a) for a in ("filename", "skip", "take")):
+        skip, take = int(path.skip), int(path.take)  # type: ignore[attr-defined]
+        return [(os.fspath(path.filename), skip, skip + take)]  # type: ignore[attr-defined]
+    raise TypeError(
+        f"{_WHAT}: a path must be a str, a pathlib.Path or a FileInstruction (an object with "
+        f"filename, skip and take); got {path!r} that is a {type(path).__name__}."
+    )
+
+
+def _resolve(paths: Any, options: str) -> list[tuple[str, int, int, bool]]:
+    """``(file, start, stop, sliced)`` for every file, counting the records of whole files."""
+    single = isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Sequence)
+    entries = [e for p in ([paths] if single else paths) for e in _entry(p)]
+    if not entries:
+        raise ValueError(f"{_WHAT}: paths is empty; pass at least one file.")
+    whole = [f for f, start, _ in entries if start is None]
+    with ThreadPoolExecutor(min(32, max(1, len(whole)))) as pool:
+        counts = dict(zip(whole, pool.map(lambda f: _count(f, options), whole)))
+    out = []
+    for f, start, stop in entries:
+        sliced = start is not None and stop is not None
+        if start is None or stop is None:
+            start, stop = 0, counts[f]
+        elif not os.path.isfile(f):
+            _open(f, options)  # raises the error that says what is wrong
+        if not 0 <= start <= stop:
+            raise ValueError(
+                f"{_WHAT}: the record range [{start}:{stop}] of {f!r} runs backwards; "
+                "give start <= stop."
+            )
+        out.append((f, start, stop, sliced))
+    return out
+
+
+class ArrayRecordDataSource:
+    """The records (``bytes``) of one or more ArrayRecord files, as one indexable source.
+
+    A drop-in for Grain's ``ArrayRecordDataSource``, which it also extends:
+    glob patterns and ``prefix@N`` shard specs are accepted besides paths,
+    slices and ``FileInstruction`` objects, and ``reader_options`` may be a
+    string as array_record writes them (``"readahead_buffer_size:0"``) or a
+    dict as Grain takes them.  Options given override chute's defaults,
+    ``readahead_buffer_size:0,max_parallelism:0``, which array_record
+    recommends for random access.  Whole files are opened once here to count
+    their records; the errors name the file: a missing file raises
+    ``FileNotFoundError``, a file that is not a readable ArrayRecord file
+    (truncated, corrupt, another format) ``ValueError``, as does a dataset
+    with no records.  Indices run from 0 to ``len - 1``; others raise
+    ``IndexError``.
+
+    The source pickles as its file list and options; each process opens its
+    own readers when it first reads, so worker processes work unchanged.
+    ``close()`` (or leaving a ``with`` block) closes the open files; a later
+    read opens them again.  Write files for it with ``write_array_record``
+    (``group_size:1``, which random access needs).
+
+    Args:
+        paths: A path, glob pattern, ``prefix@N``, ``path[start:stop]`` or
+            ``FileInstruction``, or a list of them.
+        reader_options: array_record reader options, a str or a dict.
+
+    >>> import tempfile, os
+    >>> from chute._sources.array_record_writer import write_array_record
+    >>> prefix = os.path.join(tempfile.mkdtemp(), "abc")
+    >>> files = write_array_record([b"a", b"b", b"c"], prefix, num_shards=2)
+    >>> with ArrayRecordDataSource(prefix + "@2") as source:
+    ...     len(source), source[1], source.__getitems__([2, 0, 2])
+    (3, b'c', [b'b', b'a', b'b'])
+    """
+
+    def __init__(self, paths: Any, reader_options: str | Mapping[str, Any] | None = None) -> None:
+        options = _reader_options(reader_options)
+        entries = _resolve(paths, options)
+        if sum(stop - start for _, start, stop, _ in entries) == 0:
+            raise ValueError(f"{_WHAT}: the files hold no records: {[e[0] for e in entries]}.")
+        self._entries, self._options = entries, options
+        self._setup()
+
+    def _setup(self) -> None:
+        lengths = [stop - start for _, start, stop, _ in self._entries]
+        self._ends = np.cumsum(lengths, dtype=np.int64)
+        self._len = int(self._ends[-1])
+        # Global index i of file k is record i - shift[k] of that file.
+        self._shift = self._ends - lengths - [e[1] for e in self._entries]
+        self._lock = threading.Lock()
+        self._readers: list[Any] = [None] * len(self._entries)
+        self._pid = os.getpid()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"entries": self._entries, "options": self._options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._entries, self._options = state["entries"], state["options"]
+        self._setup()
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _reader(self, k: int) -> Any:
+        """File ``k``'s reader in this process, opened on first use."""
+        if self._pid != os.getpid():  # a forked child: the parent's readers are not its own
+            self._setup()
+        reader = self._readers[k]
+        if reader is None:
+            with self._lock:
+                reader = self._readers[k]
+                if reader is None:
+                    reader = self._readers[k] = self._open_checked(k)
+        return reader
+
+    def _open_checked(self, k: int) -> Any:
+        path, _, stop, _ = self._entries[k]
+        reader = _open(path, self._options)
+        held = reader.num_records()
+        if stop > held:
+            reader.close()
+            raise ValueError(
+                f"{_WHAT}: records up to {stop} of {path!r} were asked for, but it holds {held}."
+            )
+        return reader
+
+    def __getitem__(self, index: int) -> bytes:
+        i = index if type(index) is int else as_index(index, _WHAT)
+        if not 0 <= i < self._len:
+            raise out_of_range(i, self._len, _WHAT, negative=False)
+        k = int(np.searchsorted(self._ends, i, side="right"))
+        return self._read(k, [i - int(self._shift[k])])[0]
+
+    def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
+        """The records at ``indices``, in that order (repeats allowed)."""
+        idx = check_indices(indices, self._len, _WHAT, negative=False)
+        if len(self._entries) == 1:
+            return self._read(0, (idx - self._shift[0]).tolist())
+        files = np.searchsorted(self._ends, idx, side="right")
+        positions = (idx - self._shift[files]).tolist()
+        reads = {k: self._reader(k).read for k in np.unique(files).tolist()}
+        try:
+            return [reads[k](p, p + 1)[0] for k, p in zip(files.tolist(), positions)]
+        except RuntimeError:
+            for k in reads:  # find the file and record that failed, for the message
+                self._read(k, [p for f, p in zip(files.tolist(), positions) if f == k])
+            raise
+
+    def _read(self, k: int, positions: list[int]) -> list[bytes]:
+        read = self._reader(k).read
+        try:
+            return [read(p, p + 1)[0] for p in positions]
+        except RuntimeError:
+            for p in positions:
+                try:
+                    read(p, p + 1)
+                except RuntimeError as exc:
+                    raise ValueError(
+                        f"{_WHAT}: cannot read record {p} of {self._entries[k][0]!r}: {exc}"
+                    ) from exc
+            raise
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Every record in order, read in blocks of consecutive records."""
+        for k, (_, start, stop, _) in enumerate(self._entries):
+            for begin in range(start, stop, _ITER_BLOCK):
+                yield from self._reader(k).read(begin, min(begin + _ITER_BLOCK, stop))
+
+    @property
+    def paths(self) -> list[str]:
+        """The files read, in order (a file appears once per slice of it)."""
+        return [e[0] for e in self._entries]
+
+    def close(self) -> None:
+        """Closes the files open in this process; a later read opens them again."""
+        with self._lock:
+            readers, self._readers = self._readers, [None] * len(self._entries)
+        if self._pid == os.getpid():
+            for reader in readers:
+                if reader is not None:
+                    reader.close()
+
+    def __enter__(self) -> ArrayRecordDataSource:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        names = [f"{f}[{a}:{b}]" if sliced else f for f, a, b, sliced in self._entries]
+        if len(names) <= _REPR_FILES:
+            files = repr(names)
+        else:
+            digest = hashlib.sha1("\n".join(names).encode()).hexdigest()[:16]
+            files = f"<{len(names)} files, {names[0]!r} to {names[-1]!r}, sha1 {digest}>"
+        return f"{_WHAT}(paths={files}, len={self._len})"

@@ -1,0 +1,206 @@
+"""``ParquetIterDataset``: the rows of Parquet files, streamed a row group at a time.
+
+Files are read in Grain's order: up to ``cycle_length`` (16) files at once,
+one row from each in turn.  When a file runs out, the next unopened file takes
+its place in the cycle and the turn passes on to the following file; when no
+file is left, the cycle closes up.  One path reads that file in order.
+
+The iterator holds one row group per file in the cycle.  Its state is
+positions only (the next file in the cycle, the next file to open, and for
+each place in the cycle the file, row group and row), so a restore reads just
+the row groups it resumes in.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chute._core.dataset import DatasetIterator, IterDataset
+from chute._core.errors import CheckpointError
+from chute._core.validate import check_int
+from chute._sources import parquet_io
+
+_NAME = "ParquetIterDataset"
+_CHUNK = 256  # rows converted to dicts at a time
+
+
+class ParquetIterDataset(IterDataset[dict[str, Any]]):
+    """The rows of one or more Parquet files, as dicts; Grain's experimental name.
+
+    Args:
+        path: A path or a sequence of paths to Parquet files: local paths, or
+            URLs of a filesystem pyarrow or fsspec supports (see
+            ``chute._sources.parquet_io``).
+        cycle_length: chute's addition: how many files are read in turn
+            (Grain reads 16).  1 reads the files one after another.
+        **read_kwargs: Passed on to ``pyarrow.parquet.ParquetFile``, such as
+            ``filesystem=``, ``memory_map=`` or ``read_dictionary=``.
+
+    Raises:
+        ImportError: pyarrow is not installed (``pip install chute[parquet]``).
+        TypeError, ValueError: a bad path, an empty list of paths, or a
+            keyword that ``ParquetFile`` does not take.  Files are opened when
+            read; a missing or broken file raises then, naming the file.
+
+    >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
+    >>> path = os.path.join(tempfile.mkdtemp(), "rows.parquet")
+    >>> pq.write_table(pa.table({"x": [1, 2, 3], "s": ["a", None, "c"]}), path)
+    >>> [(int(row["x"]), row["s"]) for row in ParquetIterDataset(path)]
+    [(1, 'a'), (2, None), (3, 'c')]
+    """
+
+    def __init__(self, path: Any, *, cycle_length: int = 16, **read_kwargs: Any) -> None:
+        super().__init__()
+        self._paths = parquet_io.check_paths(path, _NAME)
+        self._read_kwargs = parquet_io.check_read_kwargs(read_kwargs, _NAME)
+        cycle = check_int(cycle_length, f"{_NAME}: cycle_length", minimum=1)
+        self._cycle = min(cycle, len(self._paths))
+
+    def __iter__(self) -> DatasetIterator[dict[str, Any]]:
+        return _ParquetIterator(self)
+
+    def _describe(self) -> str:
+        kwargs = parquet_io.describe_kwargs(self._read_kwargs)
+        return f"paths={parquet_io.describe_paths(self._paths)}, cycle_length={self._cycle}{kwargs}"
+
+
+class _Cursor:
+    """One file's rows in order; its position is (row group, row in the group)."""
+
+    def __init__(self, ds: ParquetIterDataset, file: int, group: int = 0, row: int = 0) -> None:
+        self.file, self.group, self.row = file, group, row
+        self._ds = ds
+        self._pf: Any = None
+        self._names: list[str] = []
+        self._columns: list[Any] | None = None  # the columns of self.group, once read
+        self._rows: list[Any] = []  # converted rows from self.row on
+        self._size = 0  # rows in self.group
+
+    def take(self, count: int) -> list[Any]:
+        """The next 1 to ``count`` rows; ``[]`` once the file is exhausted."""
+        if not self._rows and not self._fill():
+            return []
+        taken = self._rows[:count]
+        del self._rows[:count]
+        self.row += len(taken)
+        if self.row >= self._size:  # move on, so a state never points at a finished group
+            self.group, self.row, self._columns = self.group + 1, 0, None
+        return taken
+
+    def _fill(self) -> bool:
+        path = self._ds._paths[self.file]
+        if self._pf is None:
+            self._pf = parquet_io.open_file(path, self._ds._read_kwargs, _NAME)
+        while self._columns is None:
+            if self.group >= self._pf.num_row_groups:
+                return False
+            self._size = self._pf.metadata.row_group(self.group).num_rows
+            if self.row > self._size:
+                raise CheckpointError(
+                    f"{_NAME}: the state points at row {self.row} of row group {self.group} "
+                    f"of {path!r}, which has {self._size} rows: the file has changed."
+                )
+            if self.row == self._size:  # an empty row group
+                self.group, self.row = self.group + 1, 0
+                continue
+            self._names, self._columns, _ = parquet_io.read_group(
+                self._pf, path, self.group, None, _NAME
+            )
+        stop = min(self.row + _CHUNK, self._size)
+        self._rows = parquet_io.rows(self._names, self._columns, self.row, stop)
+        return True
+
+    def close(self) -> None:
+        if self._pf is not None:
+            self._pf.close()
+            self._pf = None
+
+
+class _ParquetIterator(DatasetIterator[dict[str, Any]]):
+    _stage = "parquet"
+
+    def __init__(self, ds: ParquetIterDataset) -> None:
+        super().__init__()
+        self._ds = ds
+        self._restart(0, ds._cycle, [[k, 0, 0] for k in range(ds._cycle)])
+
+    def _restart(self, turn: int, next_file: int, places: list[list[int]]) -> None:
+        self._turn, self._next_file = turn, next_file
+        self._places: list[_Cursor | None] = [
+            None if file < 0 else _Cursor(self._ds, file, group, row) for file, group, row in places
+        ]
+        self._active = sum(c is not None for c in self._places)
+
+    def __next__(self) -> dict[str, Any]:
+        places, cycle = self._places, len(self._places)
+        while self._active:
+            turn = self._turn
+            cursor = places[turn]
+            if cursor is None:
+                self._turn = (turn + 1) % cycle
+                continue
+            taken = cursor.take(1)  # may raise; the turn stays, so next() retries
+            self._turn = (turn + 1) % cycle
+            if taken:
+                return taken[0]
+            self._replace(turn)
+        if self._closed:
+            self._raise_closed()
+        raise StopIteration
+
+    def _next_many(self, count: int) -> list[dict[str, Any]]:
+        """Up to ``count`` rows of one file when the cycle is a single file."""
+        cursor = self._places[0] if len(self._places) == 1 else None
+        if cursor is not None:
+            taken = cursor.take(count)
+            if taken:
+                return taken
+        return [next(self)]
+
+    def _replace(self, place: int) -> None:
+        """Puts the next unopened file in an exhausted place, or empties it."""
+        old = self._places[place]
+        if old is not None:
+            old.close()
+        if self._next_file < len(self._ds._paths):
+            self._places[place] = _Cursor(self._ds, self._next_file)
+            self._next_file += 1
+        else:
+            self._places[place] = None
+            self._active -= 1
+
+    def get_state(self) -> dict[str, Any]:
+        places = [[-1, 0, 0] if c is None else [c.file, c.group, c.row] for c in self._places]
+        return self._state(turn=self._turn, next_file=self._next_file, places=places)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "turn", "next_file", "places")
+        places, files = state["places"], len(self._ds._paths)
+        if not isinstance(places, list) or len(places) != len(self._places):
+            raise CheckpointError(
+                f"{_NAME}.set_state(): the state reads {len(places)} files in turn, this "
+                f"dataset {len(self._places)}: build it with the same paths and cycle_length."
+            )
+        for place in places:
+            if not (
+                len(place) == 3
+                and all(isinstance(v, int) for v in place)
+                and -1 <= place[0] < files
+                and min(place[1:]) >= 0
+            ):
+                raise CheckpointError(f"{_NAME}.set_state(): bad place {place!r} in the state.")
+        if not (0 <= state["turn"] < len(places) and 0 <= state["next_file"] <= files):
+            raise CheckpointError(f"{_NAME}.set_state(): bad position in the state {state}.")
+        self._close_files()
+        self._restart(state["turn"], state["next_file"], places)
+
+    def _close_files(self) -> None:
+        for cursor in self._places:
+            if cursor is not None:
+                cursor.close()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._close_files()
+            self._restart(0, len(self._ds._paths), [])
+        super().close()
