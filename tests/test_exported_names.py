@@ -98,7 +98,13 @@ def test_data_loader_names() -> None:
     assert chute.samplers.__all__ == ["IndexSampler", "Sampler", "SequentialSampler"]
     assert chute.sharding.__all__ == ["NoSharding", "ShardByJaxProcess", "ShardOptions"]
     assert chute.sources.__all__ == [
+        "ArrayRecordDataSource",
+        "ParquetDataSource",
         "RandomAccessDataSource",
         "RangeDataSource",
         "SharedMemoryDataSource",
     ]
+    assert chute.ArrayRecordDataSource is chute.sources.ArrayRecordDataSource
+    assert {"ParquetIterDataset", "TFRecordIterDataset", "write_array_record"} <= set(
+        chute.experimental.__all__
+    )

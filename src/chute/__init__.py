@@ -33,6 +33,7 @@ from chute._loader.operations import (
 from chute._loader.record import Record, RecordMetadata
 from chute._loader.samplers import IndexSampler, SequentialSampler
 from chute._loader.sharding import NoSharding, ShardByJaxProcess, ShardOptions
+from chute._sources.array_record import ArrayRecordDataSource
 from chute._sources.protocol import RandomAccessDataSource
 from chute._sources.range import RangeDataSource
 from chute._sources.shared_memory import SharedMemoryDataSource
@@ -41,6 +42,7 @@ from chute._sources.shared_memory import SharedMemoryDataSource as InMemoryDataS
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArrayRecordDataSource",
     "Batch",
     "BatchOperation",
     "CheckpointError",

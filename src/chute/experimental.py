@@ -2,12 +2,16 @@
 
 chute's own additions (not in Grain): ``ErrorBudgetIterDataset`` and
 ``skip_errors``, which skip failing elements up to a budget, and
-``TFRecordIterDataset``, a checksum-verifying TFRecord reader in pure Python.
+``TFRecordIterDataset``, a checksum-verifying TFRecord reader in pure Python,
+and ``write_array_record``, which writes records into ArrayRecord shards.
 """
 
 from chute._core.conformance import assert_equal_output_after_checkpoint
 from chute._core.index_shuffle import index_shuffle
 from chute._core.transforms import FlatMap as FlatMapTransform
+from chute._sources.array_record_writer import write_array_record
+from chute._sources.parquet_iter import ParquetIterDataset
+from chute._sources.tfrecord import TFRecordIterDataset
 from chute._stages.batch import batch_and_pad
 from chute._stages.error_budget import ErrorBudgetIterDataset, skip_errors
 from chute._stages.flat_map import FlatMapIterDataset, FlatMapMapDataset
@@ -17,7 +21,6 @@ from chute._stages.multithread_prefetch import multithread_prefetch
 from chute._stages.prefetch import get_next_index, set_next_index
 from chute._stages.rebatch import RebatchIterDataset
 from chute._stages.repeat import RepeatIterDataset
-from chute._sources.tfrecord import TFRecordIterDataset
 from chute._stages.thread_prefetch import ThreadPrefetchIterDataset
 from chute._stages.window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
 from chute._stages.zip import ZipIterDataset, ZipMapDataset
@@ -29,6 +32,7 @@ __all__ = [
     "FlatMapMapDataset",
     "FlatMapTransform",
     "LimitIterDataset",
+    "ParquetIterDataset",
     "RebatchIterDataset",
     "RepeatIterDataset",
     "TFRecordIterDataset",
@@ -44,4 +48,5 @@ __all__ = [
     "multithread_prefetch",
     "set_next_index",
     "skip_errors",
+    "write_array_record",
 ]
