@@ -8,13 +8,27 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import chute as grain
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def test_readme_python_blocks_run() -> None:
+def test_readme_python_blocks_run(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs the README's shell commands for `chute convert`/`inspect`, then its Python."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from chute.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    rows = {"image": [bytes([i % 256]) * 16 for i in range(600)], "label": list(range(600))}
+    pq.write_table(pa.table(rows), "train.parquet")
+    assert (
+        main(["convert", "train.parquet", "data/train", "--num-shards", "8", "--no-progress"]) == 0
+    )
+    assert main(["inspect", "data/train"]) == 0
     text = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
     assert blocks
