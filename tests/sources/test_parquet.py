@@ -133,6 +133,16 @@ def test_iter_restores_at_every_step(paths: list[str], cycle_length: int) -> Non
     assert_equal_output_after_checkpoint(ids, max_steps=None)
 
 
+def test_batches_of_one_file_take_rows_in_chunks(tmp_path: Path) -> None:
+    path = tmp_path / "numbers.parquet"
+    pq.write_table(pa.table({"x": list(range(600)), "y": [0.5] * 600}), path, row_group_size=250)
+    ds = ParquetIterDataset(path).batch(64)  # a pathlib.Path works too
+    batches = list(ds)
+    assert [len(b["x"]) for b in batches] == [64] * 9 + [24]
+    assert np.concatenate([b["x"] for b in batches]).tolist() == list(range(600))
+    assert_equal_output_after_checkpoint(ds, max_steps=None)
+
+
 def test_state_is_positions_and_restore_reads_only_the_current_row_group(
     paths: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
