@@ -99,6 +99,9 @@ def test_writer_arguments_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="bad options 'group_size:one'"):
         write_array_record(RECORDS, tmp_path / "x", options="group_size:one")
     assert os.listdir(tmp_path) == []
+    (tmp_path / "x-00000-of-00001.array_record.tmp").mkdir()  # in the way, even for root
+    with pytest.raises(OSError, match="cannot create .*x-00000-of-00001.array_record.tmp"):
+        write_array_record(RECORDS, tmp_path / "x")
 
 
 # -- atomic, resumable writes --------------------------------------------------------------
@@ -269,6 +272,19 @@ def test_reader_options_override_the_defaults(one_file: str, options: object) ->
     assert list(ArrayRecordDataSource(one_file, reader_options=options)) == RECORDS  # type: ignore[arg-type]
 
 
+def test_files_with_large_groups_log_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (path,) = write_array_record(RECORDS, tmp_path / "g", options="group_size:16")
+    with caplog.at_level("WARNING", logger="chute"):
+        assert list(ArrayRecordDataSource(path)) == RECORDS
+    assert f"{path} was written with group_size:16" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="chute"):
+        ArrayRecordDataSource(write_array_record(RECORDS, tmp_path / "ok")[0])
+    assert caplog.text == ""
+
+
 def test_bad_reader_options_are_refused(one_file: str) -> None:
     with pytest.raises(TypeError, match="reader_options must be a str"):
         ArrayRecordDataSource(one_file, reader_options=5)  # type: ignore[arg-type]
@@ -331,6 +347,8 @@ def test_a_corrupt_record_names_its_file_and_position(tmp_path: Path) -> None:
         source.__getitems__([0, 3])
     with pytest.raises(ValueError, match=f"cannot read record 3 of '{path}'"):
         ArrayRecordDataSource([path, path]).__getitems__([9, 8])
+    with pytest.raises(ValueError, match=f"cannot read record 3 of '{path}'"):
+        list(source)
 
 
 def test_datasets_without_records_are_refused(tmp_path: Path) -> None:
@@ -346,7 +364,7 @@ def test_bad_paths_are_refused(one_file: str) -> None:
         ArrayRecordDataSource(7)
     with pytest.raises(TypeError, match="got b'x' that is a bytes"):
         ArrayRecordDataSource(b"x")
-    with pytest.raises(ValueError, match="runs backwards"):
+    with pytest.raises(ValueError, match="is not a range; give 0 <= start <= stop"):
         ArrayRecordDataSource(FileInstruction(one_file, 5, -2, 40))
 
 

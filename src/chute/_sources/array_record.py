@@ -8,19 +8,20 @@ and ``take`` (TFDS's ``FileInstruction``), or a list of any of these.  Record
 ``i`` of the dataset is found in the files in the order given.
 
 Reads go through array_record's ranged read, ``reader.read(k, k + 1)``, once
-per record.  Its cost does not depend on the file's size.  The multi-index
-read, ``reader.read([k, ...])``, costs time in proportion to the number of
-records *in the file* on every call (about 0.4 ms for 200,000 records, so a
-million-record file cannot go past ~500 such calls a second), and that is
-what makes per-record reads through it so slow; benchmarks/README.md has
-the numbers.  One reader per file serves every thread: its indexed reads are
-thread-safe and release the GIL.  Readers open lazily in each process.
+per record: 4-5 us whatever the file's size.  The multi-index read,
+``reader.read([k, ...])``, costs time that grows with the number of records
+*in the file* on every call, however few it reads (0.4 ms on a file of
+200,000 records, 65 ms on one of 2,000,000), which is what makes Grain's
+per-record reads so slow; benchmarks/README.md has the numbers.  One reader
+per file serves every thread: its reads are thread-safe and release the
+GIL.  Readers open lazily in each process.
 """
 
 from __future__ import annotations
 
 import glob
 import hashlib
+import logging
 import os
 import re
 import threading
@@ -34,12 +35,14 @@ from chute._sources.protocol import as_index, check_indices, out_of_range
 
 __all__ = ["ArrayRecordDataSource"]
 
+logger = logging.getLogger("chute")
 _WHAT = "ArrayRecordDataSource"
 # Random access reads one record at a time: reading ahead only wastes work.
 # These are the options that array_record's own documentation gives for it.
 _DEFAULT_OPTIONS = {"readahead_buffer_size": "0", "max_parallelism": "0"}
 _SLICE = re.compile(r"(.+)\[(\d+):(\d+)\]")
 _SHARDS = re.compile(r"(.+)@(\d+)")
+_GROUP = re.compile(r"(?:^|,)group_size:(\d+)")
 _REPR_FILES = 4
 _ITER_BLOCK = 1024
 
@@ -103,8 +106,18 @@ def _open(path: str, options: str) -> Any:
 
 
 def _count(path: str, options: str) -> int:
+    """The records in ``path``; logs a warning if its chunks hold more than one record."""
     reader = _open(path, options)
     try:
+        group = _GROUP.search(reader.writer_options_string() or "")
+        if group and group[1] != "1":
+            logger.warning(
+                "%s: %s was written with group_size:%s, so every random read decodes that "
+                "many records; rewrite it with group_size:1 (write_array_record's default).",
+                _WHAT,
+                path,
+                group[1],
+            )
         return int(reader.num_records())
     finally:
         reader.close()
@@ -131,7 +144,7 @@ def _expand(path: str) -> list[tuple[str, int | None, int | None]]:
 
 
 def _entry(path: object) -> list[tuple[str, int | None, int | None]]:
-    if isinstance(path, (str, os.PathLike)) and not isinstance(path, bytes):
+    if isinstance(path, (str, os.PathLike)):
         return _expand(os.fspath(path))
     if all(hasattr(path, a) for a in ("filename", "skip", "take")):
         skip, take = int(path.skip), int(path.take)  # type: ignore[attr-defined]
@@ -160,8 +173,8 @@ def _resolve(paths: Any, options: str) -> list[tuple[str, int, int, bool]]:
             _open(f, options)  # raises the error that says what is wrong
         if not 0 <= start <= stop:
             raise ValueError(
-                f"{_WHAT}: the record range [{start}:{stop}] of {f!r} runs backwards; "
-                "give start <= stop."
+                f"{_WHAT}: the record range [{start}:{stop}] of {f!r} is not a range; "
+                "give 0 <= start <= stop."
             )
         out.append((f, start, stop, sliced))
     return out
@@ -185,9 +198,10 @@ class ArrayRecordDataSource:
 
     The source pickles as its file list and options; each process opens its
     own readers when it first reads, so worker processes work unchanged.
-    ``close()`` (or leaving a ``with`` block) closes the open files; a later
-    read opens them again.  Write files for it with ``write_array_record``
-    (``group_size:1``, which random access needs).
+    ``close()`` (or leaving a ``with`` block) closes the open files, and must
+    not run while another thread reads; a later read opens them again.
+    ``write_array_record`` writes files for it (with ``group_size:1``, which
+    random access needs; other files log a warning).
 
     Args:
         paths: A path, glob pattern, ``prefix@N``, ``path[start:stop]`` or
@@ -294,7 +308,12 @@ class ArrayRecordDataSource:
         """Every record in order, read in blocks of consecutive records."""
         for k, (_, start, stop, _) in enumerate(self._entries):
             for begin in range(start, stop, _ITER_BLOCK):
-                yield from self._reader(k).read(begin, min(begin + _ITER_BLOCK, stop))
+                end = min(begin + _ITER_BLOCK, stop)
+                try:
+                    block = self._reader(k).read(begin, end)
+                except RuntimeError:  # a corrupt record: the error names it
+                    block = self._read(k, list(range(begin, end)))
+                yield from block
 
     @property
     def paths(self) -> list[str]:

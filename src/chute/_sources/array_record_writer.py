@@ -90,6 +90,11 @@ def _write_shards(
                 writer = cls(temp, options)
             except ValueError as exc:
                 raise ValueError(f"{_WHAT}: bad options {options!r}: {exc}") from exc
+            if not writer.ok():
+                try:
+                    writer.close()
+                except RuntimeError as exc:
+                    raise OSError(f"{_WHAT}: cannot create {temp!r}: {exc}") from exc
             stack.callback(writer.close)
             writers.append(writer.write)
         n = len(writers)
@@ -161,7 +166,7 @@ def write_array_record(
         _write_shards(_progress(records, progress), temps, options, _encoder(serializer))
     except BaseException:
         for temp in temps:
-            if os.path.exists(temp):
+            if os.path.isfile(temp):
                 os.remove(temp)
         raise
     for temp, final in zip(temps, finals):
