@@ -45,7 +45,6 @@ try:
     import chute
 except ImportError:
     sys.exit("bench_arrayrecord: chute is not installed; use bash benchmarks/run")
-from bench_core import mark_invalid, report_check
 from chute.experimental import write_array_record
 from chute.sources import ArrayRecordDataSource
 
@@ -209,7 +208,7 @@ def bench(name: str, build: Any, path: str, order: np.ndarray, repeats: int) -> 
     check(raw_impl, raw_out, "chute", chute_out)
     check(ranged_impl, ranged_out, "chute", chute_out)
     del grain_out, chute_out, raw_out, ranged_out
-    report_check(
+    common.report_check(
         impls,
         "grain",
         f"Grain's first {GRAIN_BATCHES} batches equal chute's ({CHECK_FULL_BATCHES} value by "
@@ -223,7 +222,7 @@ def bench(name: str, build: Any, path: str, order: np.ndarray, repeats: int) -> 
         Ratio(f"{name} chute/raw batched", chute_impl, raw_impl, TARGETS["chute/raw batched"]),
         Ratio(f"{name} chute/raw ranged", chute_impl, ranged_impl, None),
     ]
-    mark_invalid(ratios)
+    common.mark_invalid(ratios)
     return {
         "name": name,
         "description": description,

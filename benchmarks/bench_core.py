@@ -145,7 +145,7 @@ def bench_mnist(repeats: int) -> dict[str, Any]:
         else:
             impl.check = common.compare_outputs(impl.name, out, "grain", grain_out)
     del grain_out, chute_out, hand_out
-    report_check(
+    common.report_check(
         impls,
         "grain",
         f"all {MNIST_BATCHES} batches (first {CHECK_FULL_BATCHES} value by value, "
@@ -159,7 +159,7 @@ def bench_mnist(repeats: int) -> dict[str, Any]:
         Ratio("mnist chute/grain", chute_impl, grain_impl, TARGETS["mnist chute/grain"]),
         Ratio("mnist chute/hand loop", chute_impl, hand_impl, TARGETS["mnist chute/hand loop"]),
     ]
-    mark_invalid(ratios)
+    common.mark_invalid(ratios)
     return {
         "name": "mnist",
         "description": MNIST_DESCRIPTION,
@@ -260,7 +260,7 @@ def bench_cheap(repeats: int) -> dict[str, Any]:
         chute_check.error = probe.error
     chute_impl = Impl("chute", lambda: iter(cheap_pipeline(chute, n_chute)), n_chute)
     chute_impl.error, chute_impl.check = chute_check.error, check
-    report_check(
+    common.report_check(
         [chute_impl, grain_impl],
         "grain",
         f"whole output at N={n_grain:,}, in order; chute's contents also at N={CHEAP_N_PROBE:,}",
@@ -290,7 +290,7 @@ def bench_cheap(repeats: int) -> dict[str, Any]:
         f"  chute N={n_chute:,}, grain N={n_grain:,}; first batch timed at N={n_chute:,} for both"
     )
     ratios = [Ratio("cheap chute/grain", chute_impl, grain_impl, TARGETS["cheap chute/grain"])]
-    mark_invalid(ratios)
+    common.mark_invalid(ratios)
     return {
         "name": "cheap",
         "description": description,
@@ -302,23 +302,6 @@ def bench_cheap(repeats: int) -> dict[str, Any]:
 
 
 # -- reporting ----------------------------------------------------------------------------------
-
-
-def report_check(impls: list[Impl], ref: str, what: str) -> None:
-    bad = [i for i in impls if i.check not in ("ok", "reference")]
-    if not bad:
-        print(f"  output check ok: {what}")
-        return
-    for impl in bad:
-        print(f"  OUTPUT CHECK FAILED for {impl.name} vs {ref}: {impl.check}")
-    print("  (timed anyway; ratios involving a failed check are marked INVALID)")
-
-
-def mark_invalid(ratios: list[Ratio]) -> None:
-    for r in ratios:
-        for impl in (r.numerator, r.denominator):
-            if impl.check not in ("ok", "reference"):
-                r.invalid = f"{impl.name}: {impl.check}"
 
 
 def main() -> int:

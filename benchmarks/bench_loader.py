@@ -52,11 +52,9 @@ from bench_core import (
     CHECK_FULL_BATCHES,
     MNIST_BATCH,
     MNIST_N,
-    mark_invalid,
     mnist_digest,
     mnist_source,
     normalise,
-    report_check,
 )
 
 TARGETS = {
@@ -247,7 +245,7 @@ def bench_loader(repeats: int) -> dict[str, Any]:
     else:
         hand_impl.check = check_torch(hand_out, grain_out)
     del grain_out, chute_out, torch_out, hand_out
-    report_check(
+    common.report_check(
         impls,
         "grain",
         f"chute: all {LOADER_BATCHES} batches in order (first {CHECK_FULL_BATCHES} value by "
@@ -265,7 +263,7 @@ def bench_loader(repeats: int) -> dict[str, Any]:
         Ratio("loader hand loop/torch (ceiling)", hand_impl, torch_impl, None),
         Ratio("loader chute/hand loop", chute_impl, hand_impl, None),
     ]
-    mark_invalid(ratios)
+    common.mark_invalid(ratios)
     return {
         "name": "loader",
         "description": DESCRIPTION,

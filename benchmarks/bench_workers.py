@@ -297,23 +297,6 @@ def measure_memory(impl: Impl) -> dict[str, Any]:
 # -- output checks -------------------------------------------------------------------------------
 
 
-def report_check(impls: list[Impl], ref: str, what: str) -> None:
-    bad = [i for i in impls if i.check not in ("ok", "reference")]
-    if not bad:
-        print(f"  output check ok: {what}")
-        return
-    for impl in bad:
-        print(f"  OUTPUT CHECK FAILED for {impl.name} vs {ref}: {impl.check}")
-    print("  (timed anyway; ratios involving a failed check are marked INVALID)")
-
-
-def mark_invalid(ratios: list[Ratio]) -> None:
-    for r in ratios:
-        for impl in (r.numerator, r.denominator):
-            if impl.check not in ("ok", "reference"):
-                r.invalid = f"{impl.name}: {impl.check}"
-
-
 def same_elements(out: list[Any], ref: list[Any]) -> str:
     """``out`` (chute, 0 workers) holds the elements of ``ref`` (2 workers), in full batches."""
     try:
@@ -408,7 +391,7 @@ def bench_cpu(chute: Any, grain: Any, repeats: int) -> dict[str, Any]:
         if chute0.check == "ok" and not np.array_equal(np.asarray(chute0_out[0]), want):
             chute0.check = "MISMATCH: the first batch is not work(0..31)"
     del grain_out, chute2_out, chute0_out
-    report_check(
+    common.report_check(
         impls,
         "grain",
         f"chute 2 workers = grain 2 workers, all {CPU_N // BATCH} batches in order; "
@@ -432,7 +415,7 @@ def bench_cpu(chute: Any, grain: Any, repeats: int) -> dict[str, Any]:
             TARGETS["cpu chute 2 workers/grain 2 workers"],
         ),
     ]
-    mark_invalid(ratios)
+    common.mark_invalid(ratios)
     diagnosis = None
     if chute0.median and chute2.median:
         batches = CPU_N // BATCH
@@ -508,7 +491,7 @@ def bench_images(chute: Any, grain: Any, repeats: int) -> dict[str, Any]:
             if diff:
                 chute2.check = f"MISMATCH: first batch vs image(0, 2, ..., 62): {diff}"
     del grain_out, chute_out
-    report_check(
+    common.report_check(
         impls,
         "grain",
         f"all {IMAGES_N // BATCH} batches in order (first {CHECK_FULL_BATCHES} value by value, "
@@ -519,7 +502,7 @@ def bench_images(chute: Any, grain: Any, repeats: int) -> dict[str, Any]:
     common.time_first_batch(impls)
     memory = {i.name: measure_memory(i) for i in impls if i.error is None}
     ratios = [Ratio("images chute/grain", chute2, grain2, TARGETS["images chute/grain"])]
-    mark_invalid(ratios)
+    common.mark_invalid(ratios)
     diagnosis = None
     if chute2.rate() and grain2.rate():
         ceiling = WORKERS / per_image
@@ -627,7 +610,7 @@ def bench_first_batch() -> dict[str, Any]:
     for impl in impls:
         checks = {r["check"] for r in trials[impl.name]}
         impl.check = next((c for c in checks if c != "ok"), "ok" if checks else "not checked")
-    report_check(impls, "image(0, 2, ..., 62)", "the first batch = image(0, 2, ..., 62)")
+    common.report_check(impls, "image(0, 2, ..., 62)", "the first batch = image(0, 2, ..., 62)")
     for impl in impls:
         parts = ", ".join(
             f"{r['seconds'] * 1e3:.0f} (iter {r['iter_s'] * 1e3:.0f} + "
@@ -642,7 +625,7 @@ def bench_first_batch() -> dict[str, Any]:
         Ratio(f"first_batch {limit:g} s/chute (chute <= {limit:g} s)", impls[0], budget, 1.0),
         Ratio("first_batch grain time/chute time", impls[0], impls[1], None),
     ]
-    mark_invalid(ratios)
+    common.mark_invalid(ratios)
     return {
         "name": "first_batch",
         "description": description,

@@ -456,3 +456,22 @@ def finish(
     if any(i.error and "TimeoutError" in i.error for _, i in impls):
         os._exit(1)  # a hung run may leave threads that would block interpreter exit
     return 1 if failed else 0
+
+
+def report_check(impls: list[Impl], ref: str, what: str) -> None:
+    """Prints whether every implementation's output matched the reference."""
+    bad = [i for i in impls if i.check not in ("ok", "reference")]
+    if not bad:
+        print(f"  output check ok: {what}")
+        return
+    for impl in bad:
+        print(f"  OUTPUT CHECK FAILED for {impl.name} vs {ref}: {impl.check}")
+    print("  (timed anyway; ratios involving a failed check are marked INVALID)")
+
+
+def mark_invalid(ratios: list[Ratio]) -> None:
+    """Marks ratios that involve an implementation whose output check failed."""
+    for r in ratios:
+        for impl in (r.numerator, r.denominator):
+            if impl.check not in ("ok", "reference"):
+                r.invalid = f"{impl.name}: {impl.check}"
