@@ -9,7 +9,9 @@ the same elements in the same order, and faster.
 [[1, 7, 6, 9], [0, 8, 4, 5], [3, 2]]
 """
 
-from chute import experimental, multiprocessing, samplers, sharding, sources, transforms
+# The engine and all its stages load first: the modules below build on them.
+import chute._core.dataset  # noqa: F401
+from chute import checkpoint, experimental, multiprocessing, samplers, sharding, sources, transforms
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.errors import (
     CheckpointError,
@@ -74,6 +76,7 @@ __all__ = [
     "ShardByJaxProcess",
     "ShardOptions",
     "SharedMemoryDataSource",
+    "checkpoint",
     "experimental",
     "load",
     "multiprocessing",

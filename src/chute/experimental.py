@@ -6,6 +6,8 @@ chute's own additions (not in Grain): ``ErrorBudgetIterDataset`` and
 and ``write_array_record``, which writes records into ArrayRecord shards.
 """
 
+from chute._accel.device_put import device_put
+from chute._accel.torch import to_torch, to_torch_dataset
 from chute._core.conformance import assert_equal_output_after_checkpoint
 from chute._core.index_shuffle import index_shuffle
 from chute._core.transforms import FlatMap as FlatMapTransform
@@ -43,10 +45,13 @@ __all__ = [
     "ZipMapDataset",
     "assert_equal_output_after_checkpoint",
     "batch_and_pad",
+    "device_put",
     "get_next_index",
     "index_shuffle",
     "multithread_prefetch",
     "set_next_index",
     "skip_errors",
+    "to_torch",
+    "to_torch_dataset",
     "write_array_record",
 ]

@@ -257,6 +257,9 @@ def test_spawned_worker_reads_elements_by_index(source: SharedMemoryDataSource) 
     np.testing.assert_array_equal(batch[0], np.arange(10.0)[::3])
 
 
+# These tests fork on purpose; once JAX is loaded in the test process it warns about fork.
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
 def test_forked_worker_reads_elements_by_index(source: SharedMemoryDataSource) -> None:
     with multiprocessing.get_context("fork").Pool(1) as pool:
@@ -269,6 +272,9 @@ def _close_inherited_copy(source: SharedMemoryDataSource) -> None:
     source.close()
 
 
+# These tests fork on purpose; once JAX is loaded in the test process it warns about fork.
+@pytest.mark.filterwarnings("ignore:os.fork\\(\\) was called:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.filterwarnings("ignore:.*fork.*:DeprecationWarning")
 def test_forked_child_closing_its_copy_leaves_the_segment(source: SharedMemoryDataSource) -> None:
     child = multiprocessing.get_context("fork").Process(

@@ -1,0 +1,202 @@
+"""Iterator checkpoints as JSON files, one per process, with or without Orbax.
+
+A checkpoint directory holds ``process_{i}-of-{n}.json`` for process ``i`` of
+``n`` (``jax.process_index()`` of ``jax.process_count()``, or 0 of 1 without
+JAX), the text of the iterator's ``get_state()``: a dict for a
+``DatasetIterator``, the JSON bytes of a ``DataLoaderIterator``.  The layout is
+Grain's, so Grain and chute read each other's iterator checkpoints.
+
+``save``/``load`` need nothing beyond chute; ``CheckpointHandler`` plugs the
+same files into ``orbax.checkpoint.CheckpointManager`` through the
+``CheckpointSave``/``CheckpointRestore`` arguments, which are built (and
+registered with Orbax) the first time they are asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import pathlib
+import tempfile
+from typing import Any, TypeVar
+
+from chute._core.errors import CheckpointError
+from chute._core.iterator import DatasetIterator
+from chute._loader.data_loader import DataLoaderIterator
+
+It = TypeVar("It")
+
+
+def process_file_name() -> str:
+    """This process's file name in a checkpoint directory, ``process_{i}-of-{n}.json``."""
+    from chute._loader.sharding import _jax_process_index_and_count
+
+    index, count = _jax_process_index_and_count()
+    return f"process_{index}-of-{count}.json"
+
+
+def _check_iterator(iterator: Any, what: str) -> None:
+    if not (callable(getattr(iterator, "get_state", None)) and hasattr(iterator, "set_state")):
+        raise TypeError(
+            f"{what} takes an iterator with get_state() and set_state() (a chute "
+            f"DatasetIterator or DataLoaderIterator); got {type(iterator).__name__}."
+        )
+
+
+def _encode(iterator: Any) -> str:
+    """The iterator's state as the text of a checkpoint file."""
+    state = iterator.get_state()
+    if isinstance(state, bytes):
+        return state.decode()
+    if isinstance(state, str):
+        return state
+    return json.dumps(state, indent=2)
+
+
+def _takes_bytes(iterator: Any) -> bool:
+    if isinstance(iterator, DatasetIterator):
+        return False
+    if isinstance(iterator, DataLoaderIterator):
+        return True
+    return isinstance(iterator.get_state(), (bytes, str))
+
+
+def _decode(iterator: Any, text: str, where: Any) -> None:
+    """Restores ``iterator`` from the text of the checkpoint file ``where``."""
+    if _takes_bytes(iterator):
+        iterator.set_state(text.encode())
+        return
+    try:
+        state = json.loads(text)
+    except ValueError as exc:
+        raise CheckpointError(f"{where} is not a JSON iterator checkpoint ({exc}).") from None
+    iterator.set_state(state)
+
+
+def save(iterator: Any, directory: str | os.PathLike[str]) -> pathlib.Path:
+    """Writes ``iterator``'s state into ``directory`` (created if missing), atomically.
+
+    The file is written beside its final name and renamed into place, so a
+    crash never leaves a half-written checkpoint.  Returns the file's path.
+
+    >>> import tempfile, chute
+    >>> it = iter(chute.MapDataset.range(5))
+    >>> _ = next(it)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = save(it, d)
+    ...     restored = load(iter(chute.MapDataset.range(5)), d)
+    >>> next(restored)
+    1
+    """
+    _check_iterator(iterator, "chute.checkpoint.save()")
+    path = pathlib.Path(directory)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"chute.checkpoint.save(): {path} exists and is not a directory.")
+    path.mkdir(parents=True, exist_ok=True)
+    target = path / process_file_name()
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(_encode(iterator))
+        os.replace(tmp, target)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def load(iterator: It, directory: str | os.PathLike[str]) -> It:
+    """Restores ``iterator`` from the checkpoint that ``save`` wrote into ``directory``.
+
+    Returns the same iterator, moved to the saved position.  A missing
+    directory or file raises ``FileNotFoundError`` naming what was looked for.
+    """
+    _check_iterator(iterator, "chute.checkpoint.load()")
+    path = pathlib.Path(directory)
+    if not path.is_dir():
+        raise FileNotFoundError(f"chute.checkpoint.load(): no checkpoint directory {path}.")
+    target = path / process_file_name()
+    if not target.is_file():
+        found = sorted(p.name for p in path.glob("process_*.json"))
+        raise FileNotFoundError(
+            f"chute.checkpoint.load(): {target} does not exist (found {found or 'no'} "
+            "process files; was it saved by a run with another process count?)."
+        )
+    _decode(iterator, target.read_text(encoding="utf-8"), target)
+    return iterator
+
+
+class CheckpointHandler:
+    """An Orbax ``CheckpointHandler`` for chute iterators (DatasetIterator, DataLoaderIterator).
+
+    Use it through ``CheckpointSave(iterator)`` and ``CheckpointRestore(iterator)``
+    inside ``orbax.checkpoint.args.Composite`` to save a data iterator together
+    with the model state in one ``CheckpointManager`` step.
+    """
+
+    def save(self, directory: Any, item: Any = None, args: Any = None) -> None:
+        """Writes ``item`` (or ``args.item``)'s state into ``directory``."""
+        item = item if item is not None else args.item
+        _check_iterator(item, "chute.checkpoint.CheckpointHandler.save()")
+        (directory / process_file_name()).write_text(_encode(item))
+
+    def restore(self, directory: Any, item: Any = None, args: Any = None) -> Any:
+        """Restores ``item`` (or ``args.item``) from ``directory`` and returns it."""
+        item = item if item is not None else args.item
+        _check_iterator(item, "chute.checkpoint.CheckpointHandler.restore()")
+        target = directory / process_file_name()
+        if not target.exists():
+            raise FileNotFoundError(f"chute.checkpoint: {target} does not exist.")
+        _decode(item, target.read_text(), target)
+        return item
+
+    def structure(self, directory: Any) -> None:
+        """Not used for iterator checkpoints."""
+        del directory
+
+    def metadata(self, directory: Any) -> None:
+        """Iterator checkpoints carry no metadata."""
+        del directory
+
+    def finalize(self, directory: Any) -> None:
+        """Nothing to finalize: each process's file is complete once written."""
+        del directory
+
+    def close(self) -> None:
+        """Holds no resources."""
+
+    @classmethod
+    def typestr(cls) -> str:
+        """The name Orbax records for this handler."""
+        return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@functools.cache
+def orbax_args() -> tuple[type, type]:
+    """``(CheckpointSave, CheckpointRestore)``, built and registered with Orbax once."""
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as exc:
+        raise ImportError(
+            "chute.checkpoint.CheckpointSave/CheckpointRestore need Orbax: pip install chute[orbax]"
+        ) from exc
+
+    @ocp.args.register_with_handler(CheckpointHandler, for_save=True)
+    @dataclasses.dataclass
+    class CheckpointSave(ocp.args.CheckpointArgs):
+        """Orbax save argument: the iterator whose state to save."""
+
+        item: Any
+
+    @ocp.args.register_with_handler(CheckpointHandler, for_restore=True)
+    @dataclasses.dataclass
+    class CheckpointRestore(ocp.args.CheckpointArgs):
+        """Orbax restore argument: the iterator to restore (in place) and return."""
+
+        item: Any
+
+    for cls in (CheckpointSave, CheckpointRestore):
+        cls.__module__ = "chute.checkpoint"
+    return CheckpointSave, CheckpointRestore

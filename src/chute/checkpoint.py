@@ -1,0 +1,39 @@
+"""Saving and restoring data iterators, alone or with the model through Orbax.
+
+``CheckpointHandler``, ``CheckpointSave`` and ``CheckpointRestore`` are
+Grain's names: use them with ``orbax.checkpoint.CheckpointManager``
+(``pip install chute[orbax]``)::
+
+    manager.save(step, args=ocp.args.Composite(
+        model=ocp.args.StandardSave(params),
+        data=chute.checkpoint.CheckpointSave(iterator)))
+
+chute's own additions (not in Grain): ``save(iterator, directory)`` and
+``load(iterator, directory)`` write and read the same per-process JSON files
+with nothing but chute installed.
+"""
+
+from typing import Any
+
+from chute._accel.checkpointing import CheckpointHandler, load, orbax_args, save
+
+__all__ = [
+    "CheckpointHandler",
+    "CheckpointRestore",  # noqa: F822 (built on first use, see __getattr__)
+    "CheckpointSave",  # noqa: F822
+    "load",
+    "save",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Orbax is imported only when its argument classes are asked for.
+    if name == "CheckpointSave":
+        return orbax_args()[0]
+    if name == "CheckpointRestore":
+        return orbax_args()[1]
+    raise AttributeError(f"module 'chute.checkpoint' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
