@@ -15,6 +15,7 @@ from chute._sources.array_record_writer import write_array_record
 from chute._sources.parquet_iter import ParquetIterDataset
 from chute._sources.tfrecord import TFRecordIterDataset
 from chute._stages.batch import batch_and_pad
+from chute._stages.elastic import ElasticIterator
 from chute._stages.error_budget import ErrorBudgetIterDataset, skip_errors
 from chute._stages.flat_map import FlatMapIterDataset, FlatMapMapDataset
 from chute._stages.limit import LimitIterDataset
@@ -29,6 +30,7 @@ from chute._stages.zip import ZipIterDataset, ZipMapDataset
 
 __all__ = [
     "DatasetSelectionMap",
+    "ElasticIterator",
     "ErrorBudgetIterDataset",
     "FlatMapIterDataset",
     "FlatMapMapDataset",
