@@ -7,6 +7,7 @@ and ``write_array_record``, which writes records into ArrayRecord shards.
 """
 
 from chute._accel.device_put import device_put
+from chute._accel.multihost import make_global_batch
 from chute._accel.torch import to_torch, to_torch_dataset
 from chute._core.conformance import assert_equal_output_after_checkpoint
 from chute._core.index_shuffle import index_shuffle
@@ -50,6 +51,7 @@ __all__ = [
     "device_put",
     "get_next_index",
     "index_shuffle",
+    "make_global_batch",
     "multithread_prefetch",
     "set_next_index",
     "skip_errors",

@@ -98,6 +98,25 @@ def test_loader_shard_options_interleave_positions() -> None:
     assert sharded(grain.ShardOptions(0, 3, drop_remainder=True), 2) == [0, 3, 6, 9, 2, 5]
 
 
+@pytest.mark.parametrize("count", [2, 3])
+def test_sharding_in_the_sampler_alone_reads_each_record_once(count: int) -> None:
+    union = []
+    for index in range(count):
+        sampler = grain.IndexSampler(
+            10, shard_options=grain.ShardOptions(index, count), num_epochs=1
+        )
+        shard = list(grain.DataLoader(data_source=SOURCE, sampler=sampler))
+        assert len(shard) == len(set(shard))
+        union += shard
+    assert sorted(union) == SOURCE
+    both = grain.DataLoader(
+        data_source=SOURCE,
+        sampler=grain.IndexSampler(10, shard_options=grain.ShardOptions(1, 2), num_epochs=1),
+        shard_options=grain.ShardOptions(1, 2),
+    )
+    assert list(both) == [5, 6, 7, 8, 9]  # as Grain: the same sharding applies once
+
+
 @pytest.mark.parametrize("count", [1, 2, 3, 4, 7])
 def test_loader_shards_read_every_record_exactly_once(count: int) -> None:
     union = []

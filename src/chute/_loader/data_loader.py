@@ -108,19 +108,36 @@ class DataLoader:
         self._enable_profiling = bool(enable_profiling)
 
     def _check_sharding(self, shard_options: Any) -> tuple[int, int]:
-        self._drop_shard_remainder = bool(getattr(shard_options, "drop_remainder", False))
-        if shard_options is None:
-            return (0, 1)
-        if not isinstance(shard_options, ShardOptions):
+        """The (index, count) of the positions this loader reads.
+
+        A sharded sampler's positions cover every shard (position ``i`` belongs
+        to shard ``i % count``), so the loader reads its own shard's positions,
+        whether the sharding is given to the sampler, to the loader, or to both
+        with the same values.
+        """
+        if shard_options is not None and not isinstance(shard_options, ShardOptions):
             raise TypeError(
                 f"DataLoader: shard_options must be a chute.ShardOptions (got {shard_options!r})."
             )
         own = getattr(self._sampler, "_shard_options", None)
-        if shard_options.shard_count > 1 and own is not None and own.shard_count > 1:
+        if shard_options is None:
+            shard_options = own
+        elif (
+            own is not None
+            and own.shard_count > 1
+            and (
+                (own.shard_index, own.shard_count)
+                != (shard_options.shard_index, shard_options.shard_count)
+            )
+        ):
             raise ValueError(
-                "DataLoader: sharding is given twice, in the sampler "
+                "DataLoader: sharding is given twice, differently, in the sampler "
                 f"({own}) and in shard_options ({shard_options}); give it once."
             )
+        if shard_options is None:
+            self._drop_shard_remainder = False
+            return (0, 1)
+        self._drop_shard_remainder = bool(shard_options.drop_remainder)
         return (shard_options.shard_index, shard_options.shard_count)
 
     def _check_sampler(self) -> None:
