@@ -163,13 +163,6 @@ def digest() -> Any:
     return keep
 
 
-def check(impl: Impl, out: list[Any] | None, ref_name: str, ref: list[Any] | None) -> None:
-    if out is None or ref is None:
-        impl.check = "error: the check run raised"
-    else:
-        impl.check = common.compare_outputs(impl.name, out, ref_name, ref)
-
-
 # -- one benchmark: a pipeline against Grain and the raw reader -----------------------------
 
 
@@ -201,12 +194,12 @@ def bench(name: str, build: Any, path: str, order: np.ndarray, repeats: int) -> 
     chute_out = common.collect(chute_impl, digest())
     raw_out = common.collect(raw_impl, digest())
     ranged_out = common.collect(ranged_impl, digest())
-    grain_impl.check = "reference" if grain_out is not None else "error: the check run raised"
-    check(chute_impl, chute_out and chute_out[:GRAIN_BATCHES], "grain", grain_out)
+    common.mark_reference(grain_impl, grain_out)
+    common.check_against(chute_impl, chute_out and chute_out[:GRAIN_BATCHES], "grain", grain_out)
     if chute_impl.check == "ok" and chute_out is not None and len(chute_out) != BATCHES:
         chute_impl.check = f"MISMATCH: chute gave {len(chute_out)} batches, not {BATCHES}"
-    check(raw_impl, raw_out, "chute", chute_out)
-    check(ranged_impl, ranged_out, "chute", chute_out)
+    common.check_against(raw_impl, raw_out, "chute", chute_out)
+    common.check_against(ranged_impl, ranged_out, "chute", chute_out)
     del grain_out, chute_out, raw_out, ranged_out
     common.report_check(
         impls,

@@ -138,12 +138,9 @@ def bench_mnist(repeats: int) -> dict[str, Any]:
     hand_check = Impl("hand loop", lambda: hand_loop(source, perm), 0)
     hand_out = common.collect(hand_check, mnist_digest())
     hand_impl.error = hand_check.error
-    grain_impl.check = "reference" if grain_out is not None else "error: the check run raised"
+    common.mark_reference(grain_impl, grain_out)
     for impl, out in ((chute_impl, chute_out), (hand_impl, hand_out)):
-        if out is None or grain_out is None:
-            impl.check = "error: the check run raised"
-        else:
-            impl.check = common.compare_outputs(impl.name, out, "grain", grain_out)
+        common.check_against(impl, out, "grain", grain_out)
     del grain_out, chute_out, hand_out
     common.report_check(
         impls,
@@ -226,9 +223,9 @@ def bench_cheap(repeats: int) -> dict[str, Any]:
     # Output check on the same N (whole output, in order), also the warm-up.
     grain_out = common.collect(grain_impl)
     chute_out = common.collect(chute_check)
-    grain_impl.check = "reference" if grain_out is not None else "error: the check run raised"
+    common.mark_reference(grain_impl, grain_out)
     if grain_out is None or chute_out is None:
-        check = "error: the check run raised"
+        check = common.CHECK_RAISED
     else:
         check = common.compare_outputs("chute", chute_out, "grain", grain_out)
         if check == "ok":

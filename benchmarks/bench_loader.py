@@ -230,20 +230,11 @@ def bench_loader(repeats: int) -> dict[str, Any]:
     grain_out = common.collect(grain_impl, mnist_digest())
     chute_out = common.collect(chute_impl, mnist_digest())
     torch_out = common.collect(torch_impl, torch_digest)
-    grain_impl.check = "reference" if grain_out is not None else "error: the check run raised"
-    if chute_out is None or grain_out is None:
-        chute_impl.check = "error: the check run raised"
-    else:
-        chute_impl.check = common.compare_outputs("chute", chute_out, "grain", grain_out)
-    if torch_out is None or grain_out is None:
-        torch_impl.check = "error: the check run raised"
-    else:
-        torch_impl.check = check_torch(torch_out, grain_out)
+    common.mark_reference(grain_impl, grain_out)
+    common.check_against(chute_impl, chute_out, "grain", grain_out)
+    common.check_against(torch_impl, torch_out, "grain", grain_out, check_torch)
     hand_out = common.collect(hand_impl, hand_digest)
-    if hand_out is None or grain_out is None:
-        hand_impl.check = "error: the check run raised"
-    else:
-        hand_impl.check = check_torch(hand_out, grain_out)
+    common.check_against(hand_impl, hand_out, "grain", grain_out, check_torch)
     del grain_out, chute_out, torch_out, hand_out
     common.report_check(
         impls,

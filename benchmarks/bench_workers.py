@@ -378,17 +378,12 @@ def bench_cpu(chute: Any, grain: Any, repeats: int) -> dict[str, Any]:
     grain_out = common.collect(grain2)
     chute2_out = common.collect(chute2)
     chute0_out = common.collect(chute0)
-    grain2.check = "reference" if grain_out is not None else "error: the check run raised"
-    if chute2_out is None or grain_out is None:
-        chute2.check = "error: the check run raised"
-    else:
-        chute2.check = common.compare_outputs("chute 2 workers", chute2_out, "grain", grain_out)
-    if chute0_out is None or chute2_out is None:
-        chute0.check = "error: the check run raised"
-    else:
-        chute0.check = same_elements(chute0_out, chute2_out)
+    common.mark_reference(grain2, grain_out)
+    common.check_against(chute2, chute2_out, "grain", grain_out)
+    common.check_against(chute0, chute0_out, "chute 2 workers", chute2_out, same_elements)
+    if chute0.check == "ok":
         want = np.array([work(i, iterations) for i in range(BATCH)])
-        if chute0.check == "ok" and not np.array_equal(np.asarray(chute0_out[0]), want):
+        if not np.array_equal(np.asarray(chute0_out[0]), want):
             chute0.check = "MISMATCH: the first batch is not work(0..31)"
     del grain_out, chute2_out, chute0_out
     common.report_check(
@@ -481,15 +476,12 @@ def bench_images(chute: Any, grain: Any, repeats: int) -> dict[str, Any]:
 
     grain_out = common.collect(grain2, image_digest())
     chute_out = common.collect(chute2, image_digest())
-    grain2.check = "reference" if grain_out is not None else "error: the check run raised"
-    if chute_out is None or grain_out is None:
-        chute2.check = "error: the check run raised"
-    else:
-        chute2.check = common.compare_outputs("chute 2 workers", chute_out, "grain", grain_out)
-        if chute2.check == "ok":
-            diff = common.tree_difference(chute_out[0], expected_first_image_batch())
-            if diff:
-                chute2.check = f"MISMATCH: first batch vs image(0, 2, ..., 62): {diff}"
+    common.mark_reference(grain2, grain_out)
+    common.check_against(chute2, chute_out, "grain", grain_out)
+    if chute2.check == "ok":
+        diff = common.tree_difference(chute_out[0], expected_first_image_batch())
+        if diff:
+            chute2.check = f"MISMATCH: first batch vs image(0, 2, ..., 62): {diff}"
     del grain_out, chute_out
     common.report_check(
         impls,

@@ -475,3 +475,27 @@ def mark_invalid(ratios: list[Ratio]) -> None:
         for impl in (r.numerator, r.denominator):
             if impl.check not in ("ok", "reference"):
                 r.invalid = f"{impl.name}: {impl.check}"
+
+
+CHECK_RAISED = "error: the check run raised"
+
+
+def mark_reference(impl: Impl, out: list[Any] | None) -> None:
+    """The reference implementation's check: fine unless its check run raised."""
+    impl.check = "reference" if out is not None else CHECK_RAISED
+
+
+def check_against(
+    impl: Impl,
+    out: list[Any] | None,
+    ref_name: str,
+    ref: list[Any] | None,
+    compare: Callable[[list[Any], list[Any]], str] | None = None,
+) -> None:
+    """Sets ``impl.check``: ``compare(out, ref)`` (by default value by value) if both ran."""
+    if out is None or ref is None:
+        impl.check = CHECK_RAISED
+    elif compare is not None:
+        impl.check = compare(out, ref)
+    else:
+        impl.check = compare_outputs(impl.name, out, ref_name, ref)
