@@ -42,6 +42,17 @@ import numpy as np
 import common
 from common import Impl, Ratio
 
+# Grain reads absl flags in its worker processes; with JAX installed next to it (the
+# `device` benchmark installs it) an unparsed flag crashes them.  Mark the flags as
+# parsed, with their defaults, here at import time, which Grain's spawned workers
+# repeat when they re-import this script.
+try:
+    from absl import flags as _absl_flags
+
+    _absl_flags.FLAGS.mark_as_parsed()
+except ImportError:  # pragma: no cover - absl comes with grain
+    pass
+
 TARGETS = {
     "cpu chute 2 workers/chute 0 workers": 1.6,
     "cpu chute 2 workers/grain 2 workers": 3.0,
