@@ -73,12 +73,12 @@ def test_passes_the_checkpoint_conformance_check() -> None:
     assert_equal_output_after_checkpoint(ds.map(lambda b: jax.tree.map(np.asarray, b)))
 
 
-def test_close_stops_both_prefetch_threads() -> None:
+def test_close_stops_the_transfer_thread() -> None:
     before = prefetch_threads()
     it = iter(device_put(batches(), jax.devices()[0]))
     next(it)
     started = prefetch_threads() - before
-    assert len(started) == 2
+    assert len(started) == 1
     it.close()
     assert not any(t.is_alive() for t in started)
 
@@ -95,7 +95,7 @@ def test_break_out_of_the_loop_stops_the_threads() -> None:
     for _ in device_put(batches(), jax.devices()[0]):
         break
     started = prefetch_threads() - before
-    assert len(started) == 2
+    assert len(started) == 1
     _join(started)
 
 
@@ -110,6 +110,37 @@ def test_exception_in_the_loop_body_stops_the_threads() -> None:
         train()
     started = prefetch_threads() - before
     _join(started)
+
+
+@pytest.mark.parametrize(("cpu", "on_device"), [(0, 0), (2, 0), (0, 2), (3, 1)])
+def test_every_buffer_combination_gives_the_same_batches_on_device(
+    cpu: int, on_device: int
+) -> None:
+    ds = device_put(batches(), jax.devices()[0], cpu_buffer_size=cpu, device_buffer_size=on_device)
+    out = list(ds)
+    assert all(isinstance(b["x"], jax.Array) for b in out)
+    for got, want in zip(out, batches(), strict=True):
+        np.testing.assert_array_equal(np.asarray(got["x"]), want["x"])
+
+
+@pytest.mark.parametrize("on_device", [0, 2])
+def test_a_failed_transfer_names_the_batch_and_the_next_batch_follows(
+    monkeypatch: pytest.MonkeyPatch, on_device: int
+) -> None:
+    real = jax.device_put
+
+    def failing_third(x: Any, device: Any = None) -> Any:
+        if int(np.asarray(x["y"])[0]) == 16:
+            raise RuntimeError("transfer failed")
+        return real(x, device)
+
+    monkeypatch.setattr(jax, "device_put", failing_third)
+    with iter(device_put(batches(), jax.devices()[0], device_buffer_size=on_device)) as it:
+        assert [int(next(it)["y"][0]) for _ in range(2)] == [0, 8]
+        with pytest.raises(RuntimeError, match="transfer failed") as info:
+            next(it)
+        assert "stage device_put while processing element index 2" in str(info.value.__notes__)
+        assert int(next(it)["y"][0]) == 24
 
 
 def test_rejects_a_device_that_is_neither_device_nor_sharding() -> None:

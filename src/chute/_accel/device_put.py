@@ -1,14 +1,20 @@
 """``device_put``: two-stage prefetch that moves each batch onto JAX devices.
 
-The pipeline is ``ThreadPrefetchIterDataset(ds, cpu_buffer_size)`` then
-``map(jax.device_put)`` then ``ThreadPrefetchIterDataset(..., device_buffer_size)``:
-one thread keeps ``cpu_buffer_size`` batches ready on the host, a second one
-transfers them and keeps ``device_buffer_size`` batches already on the device,
-so the training step never waits for a copy.
+One background thread keeps up to ``cpu_buffer_size`` batches read ahead on
+the host and up to ``device_buffer_size`` batches already transferred (and
+finished transferring) on the device, so the training step never waits for a
+copy.  Transfers come first: whenever the device side has room the thread
+moves the oldest host batch over, and only reads further ahead while the
+device side is full.
 
-A checkpoint is the state after the last batch *returned*, as for any
-``ThreadPrefetchIterDataset``; ``close()``, a ``break`` out of the loop, an
-exception in its body or garbage collection stop both threads.
+One thread rather than one per buffer: each thread that wakes when the step
+takes a batch competes with the training loop for the GIL, and two of them
+stalled the loop by up to a few milliseconds at the moment it asked for its
+batch (``benchmarks/bench_device.py``).
+
+A checkpoint is the state after the last batch *returned*; ``close()``, a
+``break`` out of the loop, an exception in its body or garbage collection stop
+the thread.
 
 JAX is imported only when ``device_put`` is called.  At interpreter exit the
 iterators still open are closed (their threads joined) before JAX shuts down:
@@ -18,14 +24,25 @@ a daemon thread killed inside a transfer aborts the process.
 from __future__ import annotations
 
 import atexit
+import collections
+import functools
 import math
 import threading
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.errors import annotate
 from chute._core.validate import check_int
-from chute._stages.thread_prefetch import ThreadPrefetchIterDataset
+from chute._stages.thread_prefetch import (
+    _END,
+    _ERROR,
+    _FATAL,
+    _VALUE,
+    _Buffer,
+    _ThreadPrefetchIterator,
+)
 
 if TYPE_CHECKING:
     import jax
@@ -83,9 +100,7 @@ def device_put(
         )
     cpu = check_int(cpu_buffer_size, "device_put: cpu_buffer_size", minimum=0)
     on_device = check_int(device_buffer_size, "device_put: device_buffer_size", minimum=0)
-    host = ThreadPrefetchIterDataset(ds, prefetch_buffer_size=cpu)
-    moved = host.map(_Transfer(jax, device))
-    return _DevicePrefetchIterDataset(moved, prefetch_buffer_size=on_device)
+    return _DevicePutIterDataset(ds, _Transfer(jax, device), cpu, on_device)
 
 
 _open: weakref.WeakSet[DatasetIterator[Any]] = weakref.WeakSet()
@@ -103,32 +118,149 @@ def _close_open_iterators() -> None:
             thread.join(timeout=10)
 
 
-class _DevicePrefetchIterDataset(ThreadPrefetchIterDataset):
-    """The device-side prefetch; its iterators are closed at interpreter exit."""
+class _DevicePutIterDataset(IterDataset[Any]):
+    """The batches of ``parent`` moved onto a device by ``transfer``, read ahead."""
+
+    def __init__(
+        self,
+        parent: IterDataset[Any] | MapDataset[Any],
+        transfer: _Transfer,
+        cpu_buffer_size: int,
+        device_buffer_size: int,
+    ) -> None:
+        if isinstance(parent, MapDataset):
+            parent = parent.to_iter_dataset()
+        if not isinstance(parent, IterDataset):
+            raise TypeError(
+                "device_put reads an IterDataset or a MapDataset (got "
+                f"{parent!r} that is a {type(parent).__name__})."
+            )
+        super().__init__(parent)
+        self._transfer = transfer
+        self._cpu, self._device = cpu_buffer_size, device_buffer_size
 
     def __iter__(self) -> DatasetIterator[Any]:
         if not _open:  # after JAX's import: atexit runs this first
             atexit.unregister(_close_open_iterators)
             atexit.register(_close_open_iterators)
-        iterator = super().__iter__()
+        iterator = _DevicePutIterator(iter(self._parent), self._transfer, self._cpu, self._device)
         _open.add(iterator)
         return iterator
 
+    def _describe(self) -> str:
+        return (
+            f"{self._parent!r}, {self._transfer!r}, cpu_buffer_size={self._cpu}, "
+            f"device_buffer_size={self._device}"
+        )
+
+
+class _DevicePutIterator(_ThreadPrefetchIterator):
+    """A thread-prefetch iterator whose thread also transfers what it read.
+
+    Its buffer holds the transferred batches (``device_buffer_size`` of them);
+    the thread's own queue holds the host batches read ahead.  With no device
+    buffer the buffer holds host batches and ``next()`` transfers each one.
+    """
+
+    _stage = "device_put"
+
+    def __init__(
+        self, parent: DatasetIterator[Any], transfer: _Transfer, cpu: int, on_device: int
+    ) -> None:
+        super().__init__(parent, on_device or cpu)
+        self._transfer = transfer
+        self._cpu, self._on_device = cpu, on_device
+        self._moved = 0
+
+    def __next__(self) -> Any:
+        batch = super().__next__()
+        self._moved += 1
+        if self._on_device:
+            return batch
+        return self._transfer.move(batch, self._moved - 1)
+
+    def get_state(self) -> dict[str, Any]:
+        return {**super().get_state(), "moved": self._moved}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        moved = self._check_state(state, "parent", "moved")["moved"]
+        super().set_state(state)
+        self._moved = int(moved)
+
+    def _producer(self) -> Callable[[DatasetIterator[Any], _Buffer], None]:
+        if not self._on_device:
+            return super()._producer()
+        return functools.partial(_read_and_move, self._transfer, self._cpu, self._moved)
+
+
+def _read_and_move(
+    transfer: _Transfer, cpu: int, moved: int, parent: DatasetIterator[Any], buffer: _Buffer
+) -> None:
+    """The thread's loop: transfer whenever the device side has room, else read ahead."""
+    _transferring.add(threading.current_thread())
+    ahead: collections.deque[tuple[str, Any, Any]] = collections.deque()
+    ended = False
+    try:
+        while True:
+            if not buffer.has_room():
+                if len(ahead) < cpu and not ended:
+                    ended = _read(parent, ahead)
+                elif not buffer.wait_for_room():
+                    return
+                continue
+            if not ahead:
+                if ended:
+                    return
+                ended = _read(parent, ahead)
+            kind, value, state = ahead.popleft()
+            if kind == _VALUE:
+                kind, value = _move(transfer, value, moved)
+                moved += 1
+            if not buffer.put((kind, value, state)) or kind == _END:
+                return
+    except BaseException as exc:  # not from the parent's next(): hand it over, then end
+        buffer.put((_FATAL, exc, None))
+
+
+def _read(parent: DatasetIterator[Any], ahead: collections.deque[Any]) -> bool:
+    """Reads one entry from ``parent`` into ``ahead``; ``True`` at the end of the data."""
+    try:
+        value = next(parent)
+    except StopIteration:
+        ahead.append((_END, None, parent.get_state()))
+        return True
+    except Exception as exc:
+        ahead.append((_ERROR, exc, parent.get_state()))
+        return False
+    ahead.append((_VALUE, value, parent.get_state()))
+    return False
+
+
+def _move(transfer: _Transfer, batch: Any, index: int) -> tuple[str, Any]:
+    try:
+        return _VALUE, transfer.move(batch, index)
+    except Exception as exc:
+        return _ERROR, exc
+
 
 class _Transfer:
-    """The map function: checks a batch against the sharding, then transfers it."""
+    """Checks a batch against the sharding, transfers it and waits until it is there."""
 
     def __init__(self, jax: Any, device: Any) -> None:
         self._jax = jax
         self._device = device
         self._is_sharding = isinstance(device, jax.sharding.Sharding)
 
-    def __call__(self, batch: Any) -> Any:
-        _transferring.add(threading.current_thread())
-        if self._is_sharding:
-            for leaf in self._jax.tree.leaves(batch):
-                _check_divisible(self._device, getattr(leaf, "shape", ()))
-        return self._jax.device_put(batch, self._device)
+    def move(self, batch: Any, index: int) -> Any:
+        """Returns ``batch`` on the device; an error gets a note naming batch ``index``."""
+        try:
+            if self._is_sharding:
+                for leaf in self._jax.tree.leaves(batch):
+                    _check_divisible(self._device, getattr(leaf, "shape", ()))
+            return self._jax.block_until_ready(self._jax.device_put(batch, self._device))
+        except Exception as exc:
+            annotate(exc, "device_put", index)
+            raise
 
     def __repr__(self) -> str:
         return f"jax.device_put(device={self._device!r})"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
@@ -90,6 +91,16 @@ class _Buffer:
             self._items.append(item)
             self._cond.notify()
             return True
+
+    def wait_for_room(self) -> bool:
+        """Waits until an entry fits; ``False`` once stopped."""
+        with self._cond:
+            while len(self._items) >= self._size and not self._stopped:
+                self._cond.wait()
+            return not self._stopped
+
+    def has_room(self) -> bool:
+        return len(self._items) < self._size
 
     def get(self) -> tuple[str, Any, Any] | None:
         """Waits for the next entry; ``None`` once stopped."""
@@ -174,13 +185,17 @@ class _ThreadPrefetchIterator(DatasetIterator[Any]):
         buffer = self._buffer = _Buffer(self._size)
         self._stop = weakref.finalize(self, buffer.stop)
         self._thread = threading.Thread(
-            target=_produce,
+            target=self._producer(),
             args=(self._parent, buffer),
             name=f"chute-thread-prefetch-{id(self):x}",
             daemon=True,
         )
         self._thread.start()
         return buffer
+
+    def _producer(self) -> Callable[[DatasetIterator[Any], _Buffer], None]:
+        """The thread's loop; it must not refer to ``self`` (see the module docstring)."""
+        return _produce
 
     def _warm_up(self) -> None:
         """Starts reading ahead now rather than at the first ``next()``."""
