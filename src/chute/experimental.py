@@ -16,9 +16,11 @@ from chute._sources.array_record_writer import write_array_record
 from chute._sources.parquet_iter import ParquetIterDataset
 from chute._sources.tfrecord import TFRecordIterDataset
 from chute._stages.batch import batch_and_pad
+from chute._stages.cache import CacheIterDataset
 from chute._stages.elastic import ElasticIterator
 from chute._stages.error_budget import ErrorBudgetIterDataset, skip_errors
 from chute._stages.flat_map import FlatMapIterDataset, FlatMapMapDataset
+from chute._stages.interleave import InterleaveIterDataset
 from chute._stages.limit import LimitIterDataset
 from chute._stages.mix import DatasetSelectionMap
 from chute._stages.multithread_prefetch import multithread_prefetch
@@ -30,12 +32,14 @@ from chute._stages.window_shuffle import WindowShuffleIterDataset, WindowShuffle
 from chute._stages.zip import ZipIterDataset, ZipMapDataset
 
 __all__ = [
+    "CacheIterDataset",
     "DatasetSelectionMap",
     "ElasticIterator",
     "ErrorBudgetIterDataset",
     "FlatMapIterDataset",
     "FlatMapMapDataset",
     "FlatMapTransform",
+    "InterleaveIterDataset",
     "LimitIterDataset",
     "ParquetIterDataset",
     "RebatchIterDataset",

@@ -1,0 +1,138 @@
+"""``CacheIterDataset``: the parent read once, then replayed from memory.
+
+The iterator keeps every element its parent yields, in order.  Moved back with
+``set_state()``, as ``RepeatIterDataset`` does at the end of each epoch, it
+replays the kept elements instead of reading the parent again, and once the
+parent has ended the parent is never read again.  As in Grain:
+
+* the cache belongs to the iterator, not the dataset: a new ``iter()`` starts
+  with an empty cache and reads the parent again;
+* elements are kept as they are, not copied: a later stage that changes an
+  element in place changes the cached one, which the next epoch then yields.
+
+The state is the position (elements yielded since the start), how many times
+the parent has been read (failed reads included) and whether it has ended.
+A restore into an iterator that has read the parent fewer times (a fresh
+process) reads it on to that count, keeping what it reads, so later epochs
+still come from memory; errors raised during that catch-up are skipped, since
+the run that saved the checkpoint has already reported them, and a state
+saved right after an error resumes after the failed element.  A restore never
+moves the parent backwards, so each iterator reads its parent once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.errors import CheckpointError
+
+
+class CacheIterDataset(IterDataset[Any]):
+    """Keeps the parent's elements in memory, so later epochs do not read it again.
+
+    Args:
+      parent: the IterDataset to cache (a MapDataset is read in order through
+        ``to_iter_dataset()``).  All its elements must fit in memory.
+
+    >>> from chute import MapDataset
+    >>> from chute.experimental import RepeatIterDataset
+    >>> reads = []
+    >>> def load(x):
+    ...     reads.append(x)
+    ...     return x * 10
+    >>> ds = CacheIterDataset(MapDataset.range(3).to_iter_dataset().map(load))
+    >>> list(RepeatIterDataset(ds, num_epochs=3))
+    [0, 10, 20, 0, 10, 20, 0, 10, 20]
+    >>> reads
+    [0, 1, 2]
+    """
+
+    def __init__(self, parent: IterDataset[Any] | MapDataset[Any]) -> None:
+        if isinstance(parent, MapDataset):
+            parent = parent.to_iter_dataset()
+        if not isinstance(parent, IterDataset):
+            raise TypeError(
+                "CacheIterDataset caches an IterDataset or a MapDataset (got "
+                f"{parent!r} that is a {type(parent).__name__}); build one with "
+                "chute.MapDataset.source(...).to_iter_dataset()."
+            )
+        super().__init__(parent)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _CacheIterator(iter(self._parent))
+
+
+class _CacheIterator(DatasetIterator[Any]):
+    _stage = "cache"
+
+    def __init__(self, parent: DatasetIterator[Any]) -> None:
+        super().__init__(parent)
+        self._cache: list[Any] = []
+        self._position = 0
+        self._pulls = 0  # next() calls made on the parent, the failed ones included
+        self._complete = False  # the parent has ended: the cache holds everything
+
+    def __next__(self) -> Any:
+        position = self._position
+        if position < len(self._cache):
+            self._position = position + 1
+            return self._cache[position]
+        if self._closed:
+            self._raise_closed()
+        if self._complete or not self._pull():
+            raise StopIteration
+        self._position = position + 1
+        return self._cache[position]
+
+    def _pull(self) -> bool:
+        """Reads one parent element into the cache; False at the parent's end."""
+        try:
+            value = next(self._parent)
+        except StopIteration:
+            self._complete = True
+            return False
+        except Exception:  # a user error: the parent goes on after it next time
+            self._pulls += 1
+            raise
+        self._pulls += 1
+        self._cache.append(value)
+        return True
+
+    def get_state(self) -> dict[str, Any]:
+        return self._state(position=self._position, pulls=self._pulls, complete=self._complete)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "position", "pulls", "complete")
+        position, pulls, complete = state["position"], state["pulls"], state["complete"]
+        for name, value in (("position", position), ("pulls", pulls)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise CheckpointError(
+                    f"cache.set_state(): {name} must be an int >= 0 (got {value!r})."
+                )
+        if not isinstance(complete, bool):
+            raise CheckpointError(f"cache.set_state(): complete must be a bool (got {complete!r}).")
+        if self._closed:
+            self._raise_closed()
+        self._catch_up(pulls)
+        if position > len(self._cache):
+            raise CheckpointError(
+                f"cache.set_state(): the state is at element {position}, but the parent gave "
+                f"only {len(self._cache)} elements in {pulls} reads: the pipeline or its data "
+                "differ from the ones that saved it."
+            )
+        self._position = position
+
+    def _catch_up(self, pulls: int) -> None:
+        """Reads the parent on until it has been read ``pulls`` times, skipping errors."""
+        while self._pulls < pulls and not self._complete:
+            try:
+                self._pull()
+            except Exception:  # reported by the run that saved the state
+                pass
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._cache = []
+        super().close()
