@@ -17,6 +17,7 @@ from chute._core.errors import (
     CheckpointError,
     ChuteError,
     ErrorBudgetExceededError,
+    FilterThresholdError,
     IteratorClosedError,
 )
 from chute._core.options import MultiprocessingOptions, ReadOptions
@@ -40,6 +41,7 @@ from chute._sources.protocol import RandomAccessDataSource
 from chute._sources.range import RangeDataSource
 from chute._sources.shared_memory import SharedMemoryDataSource
 from chute._sources.shared_memory import SharedMemoryDataSource as InMemoryDataSource
+from chute._stages.mix import DatasetSelectionMap
 
 __version__ = "0.1.0"
 
@@ -52,8 +54,10 @@ __all__ = [
     "DataLoader",
     "DataLoaderIterator",
     "DatasetIterator",
+    "DatasetSelectionMap",
     "ErrorBudgetExceededError",
     "FilterOperation",
+    "FilterThresholdError",
     "FilterTransform",
     "InMemoryDataSource",
     "IndexSampler",

@@ -10,14 +10,19 @@ from chute._accel.device_put import device_put
 from chute._accel.multihost import make_global_batch
 from chute._accel.torch import to_torch, to_torch_dataset
 from chute._core.conformance import assert_equal_output_after_checkpoint
+from chute._core.dataset_options import DatasetOptions, ExecutionTrackingMode
+from chute._core.element_spec import ShapeDtypeStruct, ShapeDtypeStructProtocol
 from chute._core.index_shuffle import index_shuffle
+from chute._core.rng_pool import RngPool
 from chute._core.transforms import FlatMap as FlatMapTransform
+from chute._core.transforms import apply_transformations
 from chute._sources.array_record_writer import write_array_record
 from chute._sources.parquet_iter import ParquetIterDataset
 from chute._sources.tfrecord import TFRecordIterDataset
 from chute._stages.batch import batch_and_pad
 from chute._stages.cache import CacheIterDataset
 from chute._stages.elastic import ElasticIterator
+from chute._stages.element_spec import get_element_spec
 from chute._stages.error_budget import ErrorBudgetIterDataset, skip_errors
 from chute._stages.flat_map import FlatMapIterDataset, FlatMapMapDataset
 from chute._stages.interleave import InterleaveIterDataset
@@ -29,13 +34,16 @@ from chute._stages.rebatch import RebatchIterDataset
 from chute._stages.repeat import RepeatIterDataset
 from chute._stages.thread_prefetch import ThreadPrefetchIterDataset
 from chute._stages.window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
+from chute._stages.with_options import WithOptionsIterDataset
 from chute._stages.zip import ZipIterDataset, ZipMapDataset
 
 __all__ = [
     "CacheIterDataset",
+    "DatasetOptions",
     "DatasetSelectionMap",
     "ElasticIterator",
     "ErrorBudgetIterDataset",
+    "ExecutionTrackingMode",
     "FlatMapIterDataset",
     "FlatMapMapDataset",
     "FlatMapTransform",
@@ -44,15 +52,21 @@ __all__ = [
     "ParquetIterDataset",
     "RebatchIterDataset",
     "RepeatIterDataset",
+    "RngPool",
+    "ShapeDtypeStruct",
+    "ShapeDtypeStructProtocol",
     "TFRecordIterDataset",
     "ThreadPrefetchIterDataset",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
+    "WithOptionsIterDataset",
     "ZipIterDataset",
     "ZipMapDataset",
+    "apply_transformations",
     "assert_equal_output_after_checkpoint",
     "batch_and_pad",
     "device_put",
+    "get_element_spec",
     "get_next_index",
     "index_shuffle",
     "make_global_batch",

@@ -68,6 +68,11 @@ class _Node:
         marked._seed = check_seed(seed, f"{type(self).__name__}.seed(): seed")
         return marked
 
+    @property
+    def _element_spec(self) -> Any:
+        """The element spec (see ``get_element_spec``); a subclass may override it."""
+        return _element_specs.spec_from_rules(self)
+
     def pipe(self, fn: Callable[..., S], *args: Any, **kwargs: Any) -> S:
         """Returns ``fn(self, *args, **kwargs)``, for chaining your own stages."""
         return fn(self, *args, **kwargs)
@@ -326,3 +331,4 @@ class IterDataset(_Node, Generic[T], metaclass=_CheckedInit):
 
 # The stage modules subclass the classes above, so they are imported last.
 from chute import _stages as _s  # noqa: E402
+from chute._stages import element_spec as _element_specs  # noqa: E402

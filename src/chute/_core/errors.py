@@ -8,7 +8,9 @@ index.  The library's own exceptions form a small tree::
     ChuteError                      base of every chute-specific error
     ├── IteratorClosedError         next() on an iterator after close()
     ├── CheckpointError (ValueError) a state that does not fit the pipeline
-    └── ErrorBudgetExceededError    more elements failed than the budget allows
+    ├── ErrorBudgetExceededError    more elements failed than the budget allows
+    └── FilterThresholdError (ValueError) a filter dropped more than
+                                    DatasetOptions.filter_raise_threshold_ratio
 
 Bad arguments raise plain ``TypeError``/``ValueError`` when the pipeline is
 built, each saying what was expected, what came and how to fix it.
@@ -33,6 +35,10 @@ class CheckpointError(ChuteError, ValueError):
 
 class ErrorBudgetExceededError(ChuteError, RuntimeError):
     """Raised when more elements failed than an error budget allows."""
+
+
+class FilterThresholdError(ChuteError, ValueError):
+    """A filter dropped at least ``filter_raise_threshold_ratio`` of a window."""
 
 
 def annotate(exc: BaseException, stage: str, index: int | None) -> None:

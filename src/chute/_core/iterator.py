@@ -12,7 +12,7 @@ import abc
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from chute._core import errors
+from chute._core import errors, pipeline_context
 
 T = TypeVar("T")
 
@@ -35,6 +35,8 @@ class _CheckedInit(abc.ABCMeta):
                 f"{cls.__name__}.__init__ must call super().__init__(parents) "
                 "(chute's base class keeps the pipeline's structure there)."
             )
+        if len(obj._parents) > 1:  # branches meet (zip, mix): their options become one
+            pipeline_context.join(obj)
         return obj
 
 

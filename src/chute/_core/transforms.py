@@ -150,3 +150,23 @@ def callable_of(transform: Any, kind: type, where: str) -> Callable[..., Any]:
             "or to apply() for FlatMap and Batch."
         )
     return transform
+
+
+def apply_transformations(ds: Any, transformations: Any) -> Any:
+    """``ds.apply(transformations)``: one transform or a sequence of them, in order.
+
+    Kept for code written against Grain's ``apply_transformations``; prefer
+    ``ds.apply(...)``.
+
+    >>> from chute import MapDataset, transforms
+    >>> steps = [transforms.Map(lambda x: x * 2), transforms.Batch(2)]
+    >>> list(apply_transformations(MapDataset.range(5), steps))
+    [array([0, 2]), array([4, 6]), array([8])]
+    """
+    apply = getattr(ds, "apply", None)
+    if apply is None or not hasattr(ds, "_parents"):
+        raise TypeError(
+            f"apply_transformations() takes a MapDataset or an IterDataset (got {ds!r} that is "
+            f"a {type(ds).__name__})."
+        )
+    return apply(transformations)

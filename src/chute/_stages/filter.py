@@ -1,12 +1,33 @@
-"""``filter`` for both dataset kinds."""
+"""``filter`` for both dataset kinds, and the check on how much a filter drops.
+
+A filter that drops nearly everything usually hides a bug.  Over windows of
+1,000 consecutive input elements (0-999, 1000-1999, ...), an ``IterDataset``
+filter compares the fraction it dropped with the pipeline's ``DatasetOptions``:
+at or above ``filter_raise_threshold_ratio`` it raises ``FilterThresholdError``
+(a ``ValueError``) from the ``next()`` call that reads on past the window, so
+no element is lost and the iterator can go on; at or above
+``filter_warn_threshold_ratio`` (0.9 by default) it logs one warning per
+iterator.  ``None`` turns a check off; ``0.0`` fires on any drop (Grain
+treats ``0.0`` as off).  Windows shorter than 1,000 elements are not checked.
+The holes (``None``) a ``MapDataset.filter`` leaves are not checked here: they
+are dropped by ``to_iter_dataset``, which can count them with ``DropCheck``.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from chute._core import errors
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
+from chute._core.errors import FilterThresholdError
+from chute._core.pipeline_context import join
 from chute._core.transforms import Filter, _name, callable_of
+
+logger = logging.getLogger("chute")
+
+#: Inputs per window over which the dropped fraction is checked.
+WINDOW = 1000
 
 
 class FilterMapDataset(MapDataset[Any]):
@@ -14,6 +35,9 @@ class FilterMapDataset(MapDataset[Any]):
 
     ``to_iter_dataset()`` skips them; ``batch`` refuses to follow a filter
     (batch after ``to_iter_dataset()`` instead).
+
+    >>> [MapDataset.range(4).filter(lambda x: x % 2 == 0)[i] for i in range(4)]
+    [0, None, 2, None]
     """
 
     def __init__(self, parent: MapDataset[Any], transform: Any) -> None:
@@ -39,7 +63,11 @@ class FilterMapDataset(MapDataset[Any]):
 
 
 class FilterIterDataset(IterDataset[Any]):
-    """Keeps the elements where the predicate is true."""
+    """Keeps the elements where the predicate is true.
+
+    >>> list(MapDataset.range(6).to_iter_dataset().filter(lambda x: x % 3 == 0))
+    [0, 3]
+    """
 
     def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
         super().__init__(parent)
@@ -50,29 +78,90 @@ class FilterIterDataset(IterDataset[Any]):
         return _FilterIterator(iter(self._parent), self._pred, self._label)
 
 
+class DropCheck:
+    """Compares a stage's dropped fraction per window with the pipeline's options.
+
+    Any stage that drops elements can use it: build it with the stage's
+    iterator (it joins the pipeline's options) and call ``window_done`` with
+    the number dropped each time ``WINDOW`` more inputs were read.
+    """
+
+    def __init__(self, iterator: DatasetIterator[Any], label: str) -> None:
+        self._context = join(iterator)
+        self._label = label
+        self._warned = False
+
+    def window_done(self, dropped: int) -> None:
+        """Raises or warns if ``dropped`` of the last ``WINDOW`` inputs is too many."""
+        if not dropped:
+            return
+        options = self._context.options
+        ratio = dropped / WINDOW
+        limit = options.filter_raise_threshold_ratio
+        if limit is not None and ratio >= limit:
+            raise FilterThresholdError(self._message(ratio, "filter_raise_threshold_ratio", limit))
+        limit = options.filter_warn_threshold_ratio
+        if limit is not None and ratio >= limit and not self._warned:
+            self._warned = True
+            logger.warning(
+                "%s (warned once per iterator)",
+                self._message(ratio, "filter_warn_threshold_ratio", limit),
+            )
+
+    def _message(self, ratio: float, field: str, limit: float) -> str:
+        return (
+            f"chute: stage {self._label} dropped {ratio:.2%} of the last {WINDOW} elements "
+            f"it read, at or above {field}={limit}. Check the predicate; if so many drops "
+            "are intended, filter the data before training, or change the threshold with "
+            f"chute.experimental.WithOptionsIterDataset(ds, chute.experimental.DatasetOptions("
+            f"{field}=...)) (None turns the check off)."
+        )
+
+
 class _FilterIterator(DatasetIterator[Any]):
     _stage = "filter"
 
     def __init__(self, parent: DatasetIterator[Any], pred: Any, label: str) -> None:
         super().__init__(parent)
-        self._pred, self._label, self._index = pred, label, 0
+        self._pred, self._label = pred, label
+        self._index = 0  # inputs read
+        self._dropped = 0  # inputs dropped in the current window
+        self._check = DropCheck(self, label)
 
     def __next__(self) -> Any:
         parent, pred = self._parent, self._pred
+        index, dropped = self._index, self._dropped  # kept in locals, stored on every exit
         while True:
-            x = next(parent)
-            self._index += 1
+            if dropped and not index % WINDOW:
+                # A window ended: check it before reading on, so that nothing is lost
+                # and a state saved here checks it again when restored.
+                self._index, self._dropped = index, 0
+                self._check.window_done(dropped)
+                dropped = 0
             try:
-                if pred(x):
-                    return x
-            except Exception as exc:
-                errors.annotate(exc, self._label, self._index - 1)
+                x = next(parent)
+            except BaseException:
+                self._index, self._dropped = index, dropped
                 raise
+            index += 1
+            try:
+                keep = pred(x)
+            except Exception as exc:
+                self._index, self._dropped = index, dropped
+                errors.annotate(exc, self._label, index - 1)
+                raise
+            if keep:
+                self._index, self._dropped = index, dropped
+                return x
+            dropped += 1
 
     def get_state(self) -> dict[str, Any]:
-        return self._state(parent=self._parent.get_state(), index=self._index)
+        return self._state(
+            parent=self._parent.get_state(), index=self._index, dropped=self._dropped
+        )
 
     def set_state(self, state: dict[str, Any]) -> None:
-        state = self._check_state(state, "parent", "index")
+        state = self._check_state(state, "parent", "index", "dropped")
         self._parent.set_state(state["parent"])
         self._index = int(state["index"])
+        self._dropped = int(state["dropped"])
