@@ -21,6 +21,7 @@ from chute._sources.parquet_iter import ParquetIterDataset
 from chute._sources.tfrecord import TFRecordIterDataset
 from chute._stages.batch import batch_and_pad
 from chute._stages.cache import CacheIterDataset
+from chute._stages.concat_then_split import BOSHandling, ConcatThenSplitIterDataset
 from chute._stages.elastic import ElasticIterator
 from chute._stages.element_spec import get_element_spec
 from chute._stages.error_budget import ErrorBudgetIterDataset, skip_errors
@@ -38,7 +39,9 @@ from chute._stages.with_options import WithOptionsIterDataset
 from chute._stages.zip import ZipIterDataset, ZipMapDataset
 
 __all__ = [
+    "BOSHandling",
     "CacheIterDataset",
+    "ConcatThenSplitIterDataset",
     "DatasetOptions",
     "DatasetSelectionMap",
     "ElasticIterator",
