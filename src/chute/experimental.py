@@ -1,7 +1,8 @@
 """Experimental stages and helpers, named as in Grain, plus chute's own additions.
 
 chute's own additions (not in Grain): ``ErrorBudgetIterDataset`` and
-``skip_errors``, which skip failing elements up to a budget, and
+``skip_errors``, which skip failing elements up to a budget (the same budget
+as ``DatasetOptions(max_errors=..., max_error_ratio=...)``), and
 ``TFRecordIterDataset``, a checksum-verifying TFRecord reader in pure Python,
 and ``write_array_record``, which writes records into ArrayRecord shards.
 """
@@ -16,6 +17,7 @@ from chute._core.index_shuffle import index_shuffle
 from chute._core.rng_pool import RngPool
 from chute._core.transforms import FlatMap as FlatMapTransform
 from chute._core.transforms import apply_transformations
+from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._sources.array_record_writer import write_array_record
 from chute._sources.parquet_iter import ParquetIterDataset
 from chute._sources.tfrecord import TFRecordIterDataset
@@ -30,6 +32,7 @@ from chute._stages.interleave import InterleaveIterDataset
 from chute._stages.limit import LimitIterDataset
 from chute._stages.mix import DatasetSelectionMap
 from chute._stages.multithread_prefetch import multithread_prefetch
+from chute._stages.packing_fit import BestFitPackIterDataset, FirstFitPackIterDataset
 from chute._stages.prefetch import get_next_index, set_next_index
 from chute._stages.rebatch import RebatchIterDataset
 from chute._stages.repeat import RepeatIterDataset
@@ -40,6 +43,7 @@ from chute._stages.zip import ZipIterDataset, ZipMapDataset
 
 __all__ = [
     "BOSHandling",
+    "BestFitPackIterDataset",
     "CacheIterDataset",
     "ConcatThenSplitIterDataset",
     "DatasetOptions",
@@ -47,11 +51,13 @@ __all__ = [
     "ElasticIterator",
     "ErrorBudgetIterDataset",
     "ExecutionTrackingMode",
+    "FirstFitPackIterDataset",
     "FlatMapIterDataset",
     "FlatMapMapDataset",
     "FlatMapTransform",
     "InterleaveIterDataset",
     "LimitIterDataset",
+    "PackAndBatchOperation",
     "ParquetIterDataset",
     "RebatchIterDataset",
     "RepeatIterDataset",

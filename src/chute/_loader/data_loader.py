@@ -29,6 +29,7 @@ from chute._core.validate import check_int
 from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
 from chute._execution.streams import Stream, positions_of, relayout
+from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._loader.pipeline import worker_dataset
 from chute._loader.samplers import IndexSampler
 from chute._loader.sharding import NoSharding, ShardOptions
@@ -175,6 +176,8 @@ class DataLoader:
     def _relayout_problem(self) -> str | None:
         if any(isinstance(op, FlatMap) for op in self._operations):
             return "a FlatMap operation splits elements, so a worker can stop inside one"
+        if any(isinstance(op, PackAndBatchOperation) for op in self._operations):
+            return "a PackAndBatchOperation packs each worker's own records into its batches"
         return None
 
     def __iter__(self) -> DataLoaderIterator:

@@ -180,6 +180,8 @@ def _on_records(op: Any, seed: int | None) -> Any:
     step = _element_wise(op, seed)
     if step is not None:
         return Filter(step[1]) if step[0] == "filter" else Map(step[1])
+    if hasattr(op, "_on_records"):  # an operation with its own stage (PackAndBatchOperation)
+        return op._on_records()
     if isinstance(op, Batch):
         return Batch(op.batch_size, op.drop_remainder, _batch_records(op.batch_fn or stack))
     if isinstance(op, FlatMap):
@@ -195,7 +197,9 @@ def _apply(ds: MapDataset[Any], operations: Sequence[Any], read_options: ReadOpt
         ds = ds.filter(op) if isinstance(op, Filter) else ds.map(op)
     it: Any = ds.to_iter_dataset(read_options)
     for op in rest:
-        if isinstance(op, Filter):
+        if hasattr(op, "_loader_stage"):
+            it = op._loader_stage(it)
+        elif isinstance(op, Filter):
             it = it.filter(op)
         elif isinstance(op, Map):
             it = it.map(op)

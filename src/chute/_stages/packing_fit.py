@@ -1,0 +1,289 @@
+"""``FirstFitPackIterDataset`` and ``BestFitPackIterDataset``: sequence packing.
+
+Elements are dicts of variable-length arrays.  Each feature named in
+``length_struct`` is packed into bins of that length; the outputs are the
+bins, each a dict with the packed features, ``<feature>_segment_ids`` (1, 2,
+... for the sequences of the bin, 0 for padding) and ``<feature>_positions``
+(the index of each token within its sequence).  As in Grain:
+
+* bins are filled round by round (see ``packing.py``); a round ends when an
+  element fits no bin, or at the end of the data, and then all its used bins
+  are handed out, shuffled with ``numpy.random.default_rng(seed + b)`` where
+  ``b`` counts the bins handed out before the round;
+* with ``shuffle_bins_group_by_feature``, a round's bins are ordered by the
+  mean of the distinct nonzero values of that output feature (0 when none),
+  and shuffled within equal means;
+* ``meta_features`` named in ``length_struct`` are packed without segment ids
+  and positions; the others become, per bin, the list of their values;
+* keys of the element named nowhere are dropped; each bin array takes the
+  dtype of its first sequence; a sequence longer than its bin is an error.
+
+Unlike Grain, bad arguments fail when the stage is built, bad elements raise
+a ``ValueError``/``TypeError`` naming the stage and the element index, and a
+bin never takes more than ``max_sequences_per_bin`` sequences (Grain's best
+fit lets empty sequences into a bin that is already full).  Alignment and
+padding structs may name only some features (the others: 1 and 0), and a
+restore loses nothing.  The keys come in ``length_struct`` order, then the
+listed meta features, then the ids, as Grain gives them when JAX is not
+installed (with JAX, Grain sorts them; the dicts are equal either way).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._core.dataset import DatasetIterator, IterDataset
+from chute._core.validate import check_int
+from chute._stages.packing import Packer, as_sequence, check_max_per_bin
+from chute._stages.packing_iter import PackIterator
+
+
+def _check_struct(struct: Any, what: str, keys: Sequence[str], check: Any) -> dict[str, Any]:
+    if struct is None:
+        return {}
+    if not isinstance(struct, Mapping):
+        raise TypeError(f"{what} must be a dict from feature name to value (got {struct!r}).")
+    unknown = [k for k in struct if k not in keys]
+    if unknown:
+        raise ValueError(
+            f"{what} names {unknown}, which length_struct does not; its keys must be among "
+            f"{list(keys)}."
+        )
+    return {k: check(v, f"{what}[{k!r}]") for k, v in struct.items()}
+
+
+def _check_pad(value: Any, what: str) -> Any:
+    if not isinstance(value, (int, float, bool, np.generic, str, bytes)):
+        raise TypeError(f"{what} must be a scalar padding value (got {value!r}).")
+    return value
+
+
+def _check_lengths(length_struct: Any, where: str) -> dict[str, int]:
+    if not isinstance(length_struct, Mapping) or not length_struct:
+        raise TypeError(
+            f"{where}: length_struct must be a non-empty dict from feature name to bin length, "
+            f"e.g. {{'inputs': 2048}} (got {length_struct!r})."
+        )
+    for key in length_struct:
+        if not isinstance(key, str):
+            raise TypeError(f"{where}: length_struct keys must be str (got {key!r}).")
+    return {
+        k: check_int(v, f"{where}: length_struct[{k!r}]", minimum=0)
+        for k, v in length_struct.items()
+    }
+
+
+def _check_names(names: Any, what: str) -> tuple[str, ...]:
+    if isinstance(names, (str, bytes)) or not isinstance(names, Sequence):
+        raise TypeError(f"{what} must be a list of feature names (got {names!r}).")
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"{what} must hold str feature names (got {name!r}).")
+    return tuple(names)
+
+
+class _DictLayout:
+    """Reads dict elements and writes the bins as dicts, in Grain's key order."""
+
+    def __init__(self, name: str, lengths: dict[str, int], meta: tuple[str, ...]) -> None:
+        self.name = name
+        self.features = tuple(lengths)
+        self.lengths = tuple(lengths.values())
+        self.ids = tuple(f not in meta for f in self.features)
+        self.meta = tuple(m for m in meta if m not in lengths)
+        self.pads: tuple[Any, ...] = (0,) * len(self.features)
+        self.seed: int | None = None
+        self.group: str | None = None
+
+    def parse(self, element: Any, index: int) -> tuple[list[Any], list[int], tuple[Any, ...]]:
+        try:
+            arrays = [element[f] for f in self.features]
+            meta = tuple([element[m] for m in self.meta]) if self.meta else ()
+        except Exception:
+            raise self._bad_element(element, index) from None
+        sizes = []
+        for k, a in enumerate(arrays):
+            if type(a) is not np.ndarray or not a.ndim:
+                try:
+                    a = arrays[k] = as_sequence(a)
+                except TypeError as exc:
+                    raise TypeError(
+                        f"{self.name}: element {index}, feature {self.features[k]!r}: {exc}"
+                    ) from None
+            n = a.shape[0]
+            if n > self.lengths[k]:
+                raise ValueError(
+                    f"{self.name}: element {index} has feature {self.features[k]!r} of length "
+                    f"{n}, longer than its bins ({self.lengths[k]}). Truncate it first, e.g. "
+                    f"ds.map(lambda x: {{**x, {self.features[k]!r}: "
+                    f"x[{self.features[k]!r}][:{self.lengths[k]}]}})."
+                )
+            sizes.append(n)
+        return arrays, sizes, meta
+
+    def _bad_element(self, element: Any, index: int) -> Exception:
+        if not isinstance(element, Mapping):
+            return TypeError(
+                f"{self.name}: element {index} is a {type(element).__name__}; packing takes "
+                f"dicts with the features {list(self.features + self.meta)}."
+            )
+        missing = [k for k in self.features + self.meta if k not in element]
+        return ValueError(
+            f"{self.name}: element {index} lacks the features {missing} (it has "
+            f"{list(element)}). Every element needs each feature of length_struct and "
+            "meta_features."
+        )
+
+    def outputs(self, packer: Packer, bins_before: int) -> list[dict[str, Any]]:
+        built = packer.build(self.pads, self.ids)
+        keys: list[str] = []
+        columns: list[Any] = []
+        for f, name in enumerate(self.features):
+            keys.append(name)
+            columns.append(list(built.values[f]))
+        for m, name in enumerate(self.meta):
+            keys.append(name)
+            columns.append(built.meta[m])
+        for f, name in enumerate(self.features):
+            if self.ids[f]:
+                keys += [f"{name}_segment_ids", f"{name}_positions"]
+                columns += [list(built.segment_ids[f]), list(built.positions[f])]  # type: ignore[arg-type]
+        outs = [dict(zip(keys, row)) for row in zip(*columns)]
+        if self.seed is None:
+            return outs
+        perm = np.random.default_rng(self.seed + bins_before).permutation(len(outs))
+        if self.group is None:
+            return [outs[i] for i in perm]
+        try:
+            means = np.array([_mean_of_nonzero(o[self.group]) for o in outs], dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"{self.name}: cannot order bins by shuffle_bins_group_by_feature="
+                f"{self.group!r}: the mean of its values is undefined ({exc})."
+            ) from exc
+        return [outs[i] for i in np.lexsort((perm, means))]
+
+
+def _mean_of_nonzero(value: Any) -> float:
+    """The mean of the distinct nonzero values (0 when none): Grain's group key."""
+    distinct = np.unique(np.asarray(value))
+    count = np.count_nonzero(distinct)
+    return float(np.nan_to_num(np.sum(distinct) / count, nan=0.0)) if count else 0.0
+
+
+class _PackIterDataset(IterDataset[Any]):
+    _best_fit = False
+
+    def __init__(
+        self,
+        parent: IterDataset[Any],
+        *,
+        length_struct: Any,
+        num_packing_bins: int,
+        seed: int = 0,
+        shuffle_bins: bool = True,
+        shuffle_bins_group_by_feature: str | None = None,
+        meta_features: Sequence[str] = (),
+        pack_alignment_struct: Any = None,
+        padding_struct: Any = None,
+        max_sequences_per_bin: int | None = None,
+    ) -> None:
+        super().__init__(parent)
+        where = type(self).__name__
+        if not isinstance(parent, IterDataset):
+            raise TypeError(
+                f"{where} takes an IterDataset (got {type(parent).__name__}); call "
+                ".to_iter_dataset() on a MapDataset first."
+            )
+        self._bins = check_int(num_packing_bins, f"{where}: num_packing_bins", minimum=1)
+        if not isinstance(shuffle_bins, (bool, np.bool_)):
+            raise TypeError(f"{where}: shuffle_bins must be a bool (got {shuffle_bins!r}).")
+        seed = check_int(seed, f"{where}: seed", minimum=0)
+        layout = _DictLayout(
+            where,
+            _check_lengths(length_struct, where),
+            _check_names(meta_features, f"{where}: meta_features"),
+        )
+        self._aligns = self._check_structs(layout, pack_alignment_struct, padding_struct)
+        self._max = check_max_per_bin(max_sequences_per_bin, where)
+        if shuffle_bins:
+            layout.seed = seed
+            layout.group = self._check_group(shuffle_bins_group_by_feature, layout, where)
+        self._layout = layout
+
+    @staticmethod
+    def _check_structs(layout: _DictLayout, aligns: Any, pads: Any) -> tuple[int, ...]:
+        """The alignment of each feature; sets the layout's padding values."""
+        where, features = layout.name, layout.features
+        align = _check_struct(
+            aligns,
+            f"{where}: pack_alignment_struct",
+            features,
+            lambda v, w: check_int(v, w, minimum=1),
+        )
+        pad = _check_struct(pads, f"{where}: padding_struct", features, _check_pad)
+        layout.pads = tuple(pad.get(f, 0) for f in features)
+        return tuple(align.get(f, 1) for f in features)
+
+    @staticmethod
+    def _check_group(group: Any, layout: _DictLayout, where: str) -> str | None:
+        if group is None:
+            return None
+        names = [*layout.features, *layout.meta]
+        names += [f"{f}_{s}" for f, i in zip(layout.features, layout.ids) if i for s in _IDS]
+        if group not in names:
+            raise ValueError(
+                f"{where}: shuffle_bins_group_by_feature={group!r} is not a feature of the "
+                f"packed outputs; pick one of {names} (a meta feature must be in meta_features)."
+            )
+        return str(group)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        layout = self._layout
+        packer = Packer(
+            layout.lengths,
+            self._bins,
+            best_fit=self._best_fit,
+            aligns=self._aligns,
+            max_per_bin=self._max,
+        )
+        stage = "best_fit_pack" if self._best_fit else "first_fit_pack"
+        return PackIterator(iter(self._parent), packer, layout, stage)
+
+    def _describe(self) -> str:
+        lengths = dict(zip(self._layout.features, self._layout.lengths))
+        return f"{self._parent!r}, length_struct={lengths}, num_packing_bins={self._bins}"
+
+
+_IDS = ("segment_ids", "positions")
+
+
+class FirstFitPackIterDataset(_PackIterDataset):
+    """Packs each sequence into the first bin with room for it.
+
+    >>> from chute import MapDataset
+    >>> rows = [{"tokens": np.arange(1, n + 1)} for n in (3, 2, 4)]
+    >>> ds = FirstFitPackIterDataset(
+    ...     MapDataset.source(rows).to_iter_dataset(),
+    ...     length_struct={"tokens": 5}, num_packing_bins=2, shuffle_bins=False)
+    >>> [(x["tokens"].tolist(), x["tokens_segment_ids"].tolist()) for x in ds]
+    [([1, 2, 3, 1, 2], [1, 1, 1, 2, 2]), ([1, 2, 3, 4, 0], [1, 1, 1, 1, 0])]
+    """
+
+
+class BestFitPackIterDataset(_PackIterDataset):
+    """Packs each sequence into the bin it leaves with the least room.
+
+    >>> from chute import MapDataset
+    >>> rows = [{"tokens": np.arange(1, n + 1)} for n in (2, 4, 1)]
+    >>> ds = BestFitPackIterDataset(
+    ...     MapDataset.source(rows).to_iter_dataset(),
+    ...     length_struct={"tokens": 5}, num_packing_bins=2, shuffle_bins=False)
+    >>> [x["tokens"].tolist() for x in ds]
+    [[1, 2, 0, 0, 0], [1, 2, 3, 4, 1]]
+    """
+
+    _best_fit = True
