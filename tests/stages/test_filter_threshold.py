@@ -158,3 +158,63 @@ def test_a_predicate_error_at_a_window_end_keeps_the_count() -> None:
     with pytest.raises(FilterThresholdError, match="94.90%"):
         next(it)  # 949 of 0-999 dropped; the failing element counts as read, not dropped
     assert next(it) == 1000
+
+
+def _errors_and_output(it: Any) -> tuple[list[int], list[Any]]:
+    """Reads ``it`` to the end, noting after how many elements each threshold error came."""
+    out: list[Any] = []
+    raised: list[int] = []
+    while True:
+        try:
+            out.append(next(it))
+        except FilterThresholdError:
+            raised.append(len(out))
+        except StopIteration:
+            return raised, out
+
+
+def _map_filtered(n: int, read_options: Any, **options: Any) -> WithOptionsIterDataset:
+    ds = MapDataset.range(n).filter(lambda x: x % 20 == 0).to_iter_dataset(read_options)
+    return WithOptionsIterDataset(ds, DatasetOptions(**options))
+
+
+def test_map_dataset_filter_holes_are_checked_after_each_whole_window(read_options: Any) -> None:
+    ds = _map_filtered(3500, read_options, filter_raise_threshold_ratio=0.5)
+    raised, out = _errors_and_output(iter(ds))
+    assert raised == [50, 100, 150]  # after indices 999, 1999, 2999; 3000-3499 is short
+    assert out == list(range(0, 3500, 20))
+
+
+def test_map_dataset_filter_check_counts_only_whole_windows_after_a_restore() -> None:
+    ds = _map_filtered(3000, None, filter_raise_threshold_ratio=0.5)
+    it = iter(ds)
+    read: list[int] = []
+    while len(read) < 60:  # into the second window: up to index 1180
+        try:
+            read.append(next(it))
+        except FilterThresholdError:
+            pass
+    restored = iter(ds)
+    restored.set_state(it.get_state())
+    raised, out = _errors_and_output(restored)
+    assert raised == [90]  # window 1000-1999 is partial here; 2000-2999 (after 2980) is whole
+    assert out == list(range(1200, 3000, 20))
+
+
+def test_failed_reads_are_not_counted_as_filtered() -> None:
+    def shaky(x: int) -> int:
+        if x % 2:
+            raise KeyError(x)
+        return x
+
+    ds = MapDataset.range(2000).map(shaky).to_iter_dataset()
+    it = iter(WithOptionsIterDataset(ds, DatasetOptions(filter_raise_threshold_ratio=0.0)))
+    out, failures = [], 0
+    while True:
+        try:
+            out.append(next(it))
+        except KeyError:
+            failures += 1
+        except StopIteration:
+            break
+    assert failures == 1000 and out == list(range(0, 2000, 2))

@@ -9,8 +9,8 @@ no element is lost and the iterator can go on; at or above
 ``filter_warn_threshold_ratio`` (0.9 by default) it logs one warning per
 iterator.  ``None`` turns a check off; ``0.0`` fires on any drop (Grain
 treats ``0.0`` as off).  Windows shorter than 1,000 elements are not checked.
-The holes (``None``) a ``MapDataset.filter`` leaves are not checked here: they
-are dropped by ``to_iter_dataset``, which can count them with ``DropCheck``.
+The holes (``None``) a ``MapDataset.filter`` leaves are dropped, and checked
+the same way per window of 1,000 indices, by ``to_iter_dataset`` (prefetch.py).
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ so the output never depends on timing.
 When a chunk raises, its elements are read again one by one: the ones that
 work are returned in order, and each failing one raises its own exception
 from the ``next()`` call that reaches it; the following ``next()`` carries on.
+
+The holes a ``MapDataset.filter`` leaves are counted per window of 1,000
+indices and checked against the pipeline's ``DatasetOptions`` filter
+thresholds (see ``filter.py``) once every element of the window was returned.
+Only windows read whole since the iterator started or was restored count.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import numpy as np
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.options import ReadOptions
 from chute._execution.tuning import ReadAheadTuner, levels_for
+from chute._stages.filter import WINDOW, DropCheck
 
 _TARGET_CHUNK_SECONDS = 0.002
 _MAX_CHUNK = 1024
@@ -83,9 +89,11 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._chunk = 1
         levels = levels_for(self._threads) if options.autotune else [self._threads]
         self._tuner = ReadAheadTuner(levels)
+        self._holes = _HoleCount(self)
         self._start_at(0)
 
     def _start_at(self, index: int) -> None:
+        self._holes.restart(index)
         self._items: list[Any] = []  # current chunk, reversed, popped from the end
         self._stop = index  # index just past the current chunk
         self._chunk_start = index
@@ -132,6 +140,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
     def _refill(self) -> list[Any]:
         if self._closed:
             self._raise_closed()
+        self._holes.returned(self._stop)
         if not self._pending:
             self._schedule()
             if not self._pending:
@@ -150,6 +159,8 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 self._adapt(stop - start, seconds)
         except Exception:
             items = self._read_one_by_one(start, stop)
+        if not self._allow_nones:
+            self._holes.count(start, items, self._failures)
         self._tuner.consumed(self._stop - self._chunk_start, inline_wall, inline_cpu)
         items.reverse()
         self._items, self._chunk_start, self._stop = items, start, stop
@@ -161,7 +172,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         level = self._tuner.level
         if not level:
             if not self._pending and self._read_index < self._length:
-                stop = min(self._read_index + self._chunk, self._length)
+                stop = self._chunk_stop(self._read_index, self._chunk)
                 self._pending.append((self._read_index, stop, None))
                 self._read_index = stop
             return
@@ -177,11 +188,17 @@ class _PrefetchIterator(DatasetIterator[Any]):
             and (in_flight < self._buffer_size or not self._pending)
         ):
             size = max(1, min(self._chunk, self._buffer_size // level))
-            stop = min(self._read_index + size, self._length)
+            stop = self._chunk_stop(self._read_index, size)
             future = self._executor.submit(_read, self._ds, self._read_index, stop)
             self._pending.append((self._read_index, stop, future))
             in_flight += stop - self._read_index
             self._read_index = stop
+
+    def _chunk_stop(self, start: int, size: int) -> int:
+        """Where a chunk from ``start`` ends: no chunk spans two filter-check windows,
+        so a window is checked right after its last element, whatever the chunk sizes."""
+        window_end = (start // WINDOW + 1) * WINDOW
+        return min(start + size, self._length, window_end)
 
     def _adapt(self, count: int, seconds: float) -> None:
         """Sizes the next chunks to take about ``_TARGET_CHUNK_SECONDS`` each."""
@@ -233,6 +250,41 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._start_at(self._stop)
         self._release_threads()
         super().close()
+
+
+class _HoleCount:
+    """Counts the filtered-out (``None``) elements per window of ``WINDOW`` indices."""
+
+    def __init__(self, iterator: DatasetIterator[Any]) -> None:
+        self._check = DropCheck(iterator, "to_iter_dataset (after a MapDataset.filter)")
+        self.restart(0)
+
+    def restart(self, index: int) -> None:
+        """Counts from ``index`` on: the window it falls inside is not checked."""
+        self._next_window = -(-index // WINDOW)  # the first window wholly ahead
+        self._holes: dict[int, int] = {}
+
+    def count(self, start: int, items: list[Any], failures: dict[int, BaseException]) -> None:
+        """Adds the holes of ``items`` (indices ``start`` on, in order) to their windows."""
+        low, stop = start, start + len(items)
+        while low < stop:
+            window = low // WINDOW
+            high = min(stop, (window + 1) * WINDOW)
+            if window >= self._next_window:
+                piece = items[low - start : high - start]
+                holes = sum(map(operator.is_, piece, repeat(None)))
+                if failures:  # a failed read is not a filtered element
+                    holes -= sum(low <= i < high for i in failures)
+                if holes:
+                    self._holes[window] = self._holes.get(window, 0) + holes
+            low = high
+
+    def returned(self, index: int) -> None:
+        """Checks every window that ends at or before ``index`` (all of it returned)."""
+        while (self._next_window + 1) * WINDOW <= index:
+            window = self._next_window
+            self._next_window += 1
+            self._check.window_done(self._holes.pop(window, 0))
 
 
 def _index_owner(iterator: DatasetIterator[Any]) -> _PrefetchIterator:
