@@ -49,6 +49,19 @@ def test_quickstart_example_runs() -> None:
     assert "identical batch" in out.stdout
 
 
+def test_packing_example_runs() -> None:
+    pytest.importorskip("pyarrow")
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "packing.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "identical batch" in out.stdout
+    assert "keys ['inputs', 'inputs_positions', 'inputs_segment_ids']" in out.stdout
+
+
 def _mnist_like(n: int = 512) -> list[dict[str, object]]:
     rng = np.random.default_rng(0)
     return [
