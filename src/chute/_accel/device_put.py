@@ -17,18 +17,15 @@ A checkpoint is the state after the last batch *returned*; ``close()``, a
 the thread.
 
 JAX is imported only when ``device_put`` is called.  At interpreter exit the
-iterators still open are closed (their threads joined) before JAX shuts down:
-a daemon thread killed inside a transfer aborts the process.
+thread is stopped and joined before JAX shuts down (``thread_prefetch.py``):
+a daemon thread left inside a transfer aborts the process.
 """
 
 from __future__ import annotations
 
-import atexit
 import collections
 import functools
 import math
-import threading
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -103,21 +100,6 @@ def device_put(
     return _DevicePutIterDataset(ds, _Transfer(jax, device), cpu, on_device)
 
 
-_open: weakref.WeakSet[DatasetIterator[Any]] = weakref.WeakSet()
-
-
-_transferring: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
-
-
-def _close_open_iterators() -> None:
-    """Closes live iterators, then waits for threads of collected ones to finish."""
-    for iterator in list(_open):
-        iterator.close()
-    for thread in list(_transferring):
-        if thread is not threading.current_thread():
-            thread.join(timeout=10)
-
-
 class _DevicePutIterDataset(IterDataset[Any]):
     """The batches of ``parent`` moved onto a device by ``transfer``, read ahead."""
 
@@ -140,12 +122,7 @@ class _DevicePutIterDataset(IterDataset[Any]):
         self._cpu, self._device = cpu_buffer_size, device_buffer_size
 
     def __iter__(self) -> DatasetIterator[Any]:
-        if not _open:  # after JAX's import: atexit runs this first
-            atexit.unregister(_close_open_iterators)
-            atexit.register(_close_open_iterators)
-        iterator = _DevicePutIterator(iter(self._parent), self._transfer, self._cpu, self._device)
-        _open.add(iterator)
-        return iterator
+        return _DevicePutIterator(iter(self._parent), self._transfer, self._cpu, self._device)
 
     def _describe(self) -> str:
         return (
@@ -197,7 +174,6 @@ def _read_and_move(
     transfer: _Transfer, cpu: int, moved: int, parent: DatasetIterator[Any], buffer: _Buffer
 ) -> None:
     """The thread's loop: transfer whenever the device side has room, else read ahead."""
-    _transferring.add(threading.current_thread())
     ahead: collections.deque[tuple[str, Any, Any]] = collections.deque()
     ended = False
     try:

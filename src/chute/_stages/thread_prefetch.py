@@ -12,11 +12,15 @@ the iterator is garbage collected (a ``break`` out of a ``for`` loop, an
 exception in its body) and at interpreter exit.  It is a daemon thread and
 never refers to the iterator, and a stop wakes it at once even when the buffer
 is full; ``close()`` and ``set_state()`` then wait for the element it may be
-reading to finish, so the parent iterator is never used by two threads.
+reading to finish, so the parent iterator is never used by two threads.  At
+interpreter exit every thread still running is stopped and joined before the
+exit handlers of libraries imported earlier run (a thread left inside JAX or
+Arrow while they shut down can abort the process).
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import threading
 import weakref
@@ -129,6 +133,39 @@ def _produce(parent: DatasetIterator[Any], buffer: _Buffer) -> None:
         buffer.put((_FATAL, exc, None))
 
 
+# Every thread started and its buffer, so that interpreter exit can stop them.
+# A thread stays listed until it has ended completely (its parent iterator
+# torn down too); finished ones are dropped when the next one starts.
+_threads: dict[threading.Thread, _Buffer] = {}
+_threads_lock = threading.Lock()
+
+
+def _track(thread: threading.Thread, buffer: _Buffer) -> None:
+    with _threads_lock:
+        for ended in [t for t in _threads if t.ident is not None and not t.is_alive()]:
+            del _threads[ended]
+        _threads[thread] = buffer
+    # atexit runs the last registered handler first: this one then runs before
+    # the exit handlers of libraries imported earlier (JAX's, say).
+    atexit.unregister(_stop_all)
+    atexit.register(_stop_all)
+
+
+def _stop_all() -> None:
+    """At interpreter exit: stops every thread and waits for it (10 s at most each).
+
+    A thread still inside a native library (a JAX transfer, an Arrow reader's
+    teardown) while the interpreter shuts down can abort the process.
+    """
+    with _threads_lock:
+        started = list(_threads.items())
+    for _, buffer in started:
+        buffer.stop()
+    for thread, _ in started:
+        if thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout=10)
+
+
 def _step(parent: DatasetIterator[Any], buffer: _Buffer) -> bool:
     try:
         value = next(parent)
@@ -190,6 +227,7 @@ class _ThreadPrefetchIterator(DatasetIterator[Any]):
             name=f"chute-thread-prefetch-{id(self):x}",
             daemon=True,
         )
+        _track(self._thread, buffer)
         self._thread.start()
         return buffer
 
