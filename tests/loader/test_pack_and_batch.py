@@ -191,3 +191,9 @@ def test_applying_it_to_a_dataset_points_to_the_packing_datasets() -> None:
     ds = MapDataset.source(DATA).to_iter_dataset().apply(_pack())
     with pytest.raises(TypeError, match="FirstFitPackIterDataset"):
         list(ds)
+
+
+def test_applying_it_to_a_dataset_is_refused_when_built() -> None:
+    ds = MapDataset.range(4).to_iter_dataset()
+    with pytest.raises(TypeError, match="FirstFitPackIterDataset"):
+        ds.apply(_pack())

@@ -96,6 +96,8 @@ class _Node:
 
 
 def _apply_one(ds: Any, t: Any) -> Any:
+    if hasattr(t, "_dataset_stage"):  # a transform that builds its own stage
+        return t._dataset_stage(ds)
     if isinstance(t, Map):
         return ds.map(t)
     if isinstance(t, RandomMap):

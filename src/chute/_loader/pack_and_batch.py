@@ -117,6 +117,10 @@ class PackAndBatchOperation(Batch):
 
     __hash__ = None  # type: ignore[assignment]
 
+    def _dataset_stage(self, ds: Any) -> Any:
+        """``ds.apply(op)``: refused when the pipeline is built (see ``_refuse_plain_batching``)."""
+        return _refuse_plain_batching(())
+
     def _loader_stage(self, ds: IterDataset[Any]) -> IterDataset[Any]:
         """The DataLoader's stage for this operation (on the records' data)."""
         return PackAndBatchIterDataset(ds, self)
