@@ -187,12 +187,6 @@ def test_is_a_value_with_a_readable_repr() -> None:
     assert op == _pack(length_struct={"inputs": 8}) and op != _pack(length_struct={"inputs": 9})
 
 
-def test_applying_it_to_a_dataset_points_to_the_packing_datasets() -> None:
-    ds = MapDataset.source(DATA).to_iter_dataset().apply(_pack())
-    with pytest.raises(TypeError, match="FirstFitPackIterDataset"):
-        list(ds)
-
-
 def test_applying_it_to_a_dataset_is_refused_when_built() -> None:
     ds = MapDataset.range(4).to_iter_dataset()
     with pytest.raises(TypeError, match="FirstFitPackIterDataset"):
