@@ -258,5 +258,5 @@ def test_close_closes_the_parent_and_frees_the_cache() -> None:
 
 @pytest.mark.parametrize("parent", [[1, 2], 3, None])
 def test_a_parent_that_is_not_a_dataset_is_rejected(parent: Any) -> None:
-    with pytest.raises(TypeError, match="CacheIterDataset caches an IterDataset or a MapDataset"):
+    with pytest.raises(TypeError, match="CacheIterDataset reads an IterDataset or a MapDataset"):
         CacheIterDataset(parent)

@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from chute._core.errors import annotate
 from chute._core.validate import check_int
 from chute._stages.thread_prefetch import (
@@ -110,13 +110,7 @@ class _DevicePutIterDataset(IterDataset[Any]):
         cpu_buffer_size: int,
         device_buffer_size: int,
     ) -> None:
-        if isinstance(parent, MapDataset):
-            parent = parent.to_iter_dataset()
-        if not isinstance(parent, IterDataset):
-            raise TypeError(
-                "device_put reads an IterDataset or a MapDataset (got "
-                f"{parent!r} that is a {type(parent).__name__})."
-            )
+        parent = as_iter_dataset(parent, "device_put")
         super().__init__(parent)
         self._transfer = transfer
         self._cpu, self._device = cpu_buffer_size, device_buffer_size

@@ -331,6 +331,19 @@ class IterDataset(_Node, Generic[T], metaclass=_CheckedInit):
         return _s.mp_prefetch.prefetch(self, options)
 
 
+def as_iter_dataset(parent: Any, stage: str) -> IterDataset[Any]:
+    """``parent`` as an IterDataset (a MapDataset is read in order), for ``stage``'s errors."""
+    if isinstance(parent, MapDataset):
+        return parent.to_iter_dataset()
+    if not isinstance(parent, IterDataset):
+        raise TypeError(
+            f"{stage} reads an IterDataset or a MapDataset (got {parent!r} that is a "
+            f"{type(parent).__name__}); build one with "
+            "chute.MapDataset.source(...).to_iter_dataset()."
+        )
+    return parent
+
+
 # The stage modules subclass the classes above, so they are imported last.
 from chute import _stages as _s  # noqa: E402
 from chute._stages import element_spec as _element_specs  # noqa: E402

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from chute._core.errors import CheckpointError
 
 
@@ -49,14 +49,7 @@ class CacheIterDataset(IterDataset[Any]):
     """
 
     def __init__(self, parent: IterDataset[Any] | MapDataset[Any]) -> None:
-        if isinstance(parent, MapDataset):
-            parent = parent.to_iter_dataset()
-        if not isinstance(parent, IterDataset):
-            raise TypeError(
-                "CacheIterDataset caches an IterDataset or a MapDataset (got "
-                f"{parent!r} that is a {type(parent).__name__}); build one with "
-                "chute.MapDataset.source(...).to_iter_dataset()."
-            )
+        parent = as_iter_dataset(parent, "CacheIterDataset")
         super().__init__(parent)
 
     def __iter__(self) -> DatasetIterator[Any]:

@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from chute._core.errors import closed_error
 from chute._core.validate import check_int
 
@@ -53,13 +53,7 @@ class ThreadPrefetchIterDataset(IterDataset[Any]):
     def __init__(
         self, parent: IterDataset[Any] | MapDataset[Any], *, prefetch_buffer_size: int
     ) -> None:
-        if isinstance(parent, MapDataset):
-            parent = parent.to_iter_dataset()
-        if not isinstance(parent, IterDataset):
-            raise TypeError(
-                "ThreadPrefetchIterDataset reads an IterDataset or a MapDataset (got "
-                f"{parent!r} that is a {type(parent).__name__})."
-            )
+        parent = as_iter_dataset(parent, "ThreadPrefetchIterDataset")
         super().__init__(parent)
         self._buffer_size = check_int(
             prefetch_buffer_size, "ThreadPrefetchIterDataset: prefetch_buffer_size", minimum=0

@@ -23,7 +23,7 @@ import collections
 import logging
 from typing import Any
 
-from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from chute._core.dataset_options import ERROR_BUDGET_FIELDS, DatasetOptions, has_error_budget
 from chute._core.errors import ChuteError, ErrorBudgetExceededError
 from chute._core.pipeline_context import join
@@ -48,13 +48,7 @@ class WithOptionsIterDataset(IterDataset[Any]):
 
     def __init__(self, parent: IterDataset[Any] | MapDataset[Any], options: DatasetOptions) -> None:
         name = type(self).__name__
-        if isinstance(parent, MapDataset):
-            parent = parent.to_iter_dataset()
-        if not isinstance(parent, IterDataset):
-            raise TypeError(
-                f"{name} takes an IterDataset or a MapDataset (got {parent!r} that is a "
-                f"{type(parent).__name__})."
-            )
+        parent = as_iter_dataset(parent, name)
         if not isinstance(options, DatasetOptions):
             raise TypeError(
                 f"{name} takes chute.experimental.DatasetOptions (got {options!r} that is a "
