@@ -223,7 +223,10 @@ class RemoteIterator(DatasetIterator[Any]):
         if kind == _END:
             self._ended = True
             raise StopIteration
-        self._credits.send_bytes(b"1")
+        try:
+            self._credits.send_bytes(b"1")
+        except OSError:  # the worker is gone: this element is good, the next receive says so
+            pass
         if kind == _ERROR:
             raise _rebuild(value, self._index)
         return value
@@ -243,12 +246,15 @@ class RemoteIterator(DatasetIterator[Any]):
             return
         if self._state_now is None:
             self.get_state()  # the worker's first READY
-        self._credits.send_bytes(pickle.dumps(state, protocol=5))
-        while (message := self._receive_one())[0] != _READY:
-            pass  # elements the worker made ahead from the old position
-        self._state_now, self._ended = message[2], False
-        for _ in range(self._buffer_size):
-            self._credits.send_bytes(b"1")
+        try:
+            self._credits.send_bytes(pickle.dumps(state, protocol=5))
+            while (message := self._receive_one())[0] != _READY:
+                pass  # elements the worker made ahead from the old position
+            self._state_now, self._ended = message[2], False
+            for _ in range(self._buffer_size):
+                self._credits.send_bytes(b"1")
+        except OSError as exc:  # the worker died between the check above and now
+            raise self._died() from exc
 
     def close(self) -> None:
         if not self._closed:
