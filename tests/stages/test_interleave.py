@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,19 @@ def _iter_datasets(lengths: list[int]) -> list[IterDataset[int]]:
 
 def _ours() -> set[threading.Thread]:
     return {t for t in threading.enumerate() if t.name.startswith("chute-")}
+
+
+def _join(thread: threading.Thread) -> None:
+    """Joins ``thread``, which a make-iter thread may still be starting."""
+    deadline = time.monotonic() + JOIN_TIMEOUT
+    while True:
+        try:
+            thread.join(timeout=JOIN_TIMEOUT)
+            return
+        except RuntimeError:  # "cannot join thread before it is started": not yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
 
 
 def _drain(it: Any) -> list[Any]:
@@ -407,7 +421,7 @@ def test_garbage_collection_stops_the_threads() -> None:
     del it
     gc.collect()
     for thread in started:
-        thread.join(timeout=JOIN_TIMEOUT)
+        _join(thread)
     assert not [t.name for t in started if t.is_alive()]
 
 
