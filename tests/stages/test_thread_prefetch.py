@@ -498,7 +498,7 @@ def test_a_pipeline_without_a_map_dataset_runs_on_one_thread_only() -> None:
 def test_multithread_bad_arguments_fail_when_built(args: Any, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         multithread_prefetch(MapDataset.range(4).to_iter_dataset(), *args)
-    with pytest.raises(TypeError, match="takes an IterDataset"):
+    with pytest.raises(TypeError, match=r"multithread_prefetch\(\) reads an IterDataset"):
         multithread_prefetch([1, 2], 2, 2)  # type: ignore[arg-type]
 
 

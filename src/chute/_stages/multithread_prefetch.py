@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from chute._core.validate import check_int
 from chute._execution.round_robin import RoundRobinIterator
 from chute._execution.slicing import share
@@ -127,13 +127,7 @@ def multithread_prefetch(
     >>> [b.tolist() for b in multithread_prefetch(ds, num_threads=2, buffer_size=2)]
     [[0, 2], [1, 3], [4], [5]]
     """
-    if isinstance(ds, MapDataset):
-        ds = ds.to_iter_dataset()
-    if not isinstance(ds, IterDataset):
-        raise TypeError(
-            f"multithread_prefetch() takes an IterDataset (got {ds!r} that is a "
-            f"{type(ds).__name__})."
-        )
+    ds = as_iter_dataset(ds, "multithread_prefetch()")
     if check_int(num_threads, "multithread_prefetch: num_threads", minimum=0) == 0:
         check_int(buffer_size, "multithread_prefetch: buffer_size", minimum=0)
         return ds
