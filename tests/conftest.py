@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chute import ReadOptions
+from chute._execution import processes
 
 # Every way to_iter_dataset can run: inline, and on threads.
 READ_MODES = {
@@ -27,3 +28,19 @@ def _ship_test_module_to_workers(request: pytest.FixtureRequest) -> None:
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(request.module)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The accelerator tests run last: they start JAX's runtime in this process, after which
+    forking it is unsafe, and the worker tests that fork should see a process they can fork."""
+    items.sort(key=lambda item: item.nodeid.startswith("tests/accel/"))
+
+
+@pytest.fixture(params=["fork", "forkserver"])
+def start_method(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Worker processes started each way: forked from this process, and by the fork server."""
+    reason = processes.fork_unsafe_reason()
+    if request.param == "fork" and reason is not None:
+        pytest.skip(f"this test process cannot fork its workers safely: {reason}")
+    monkeypatch.setenv(processes.START_ENV, request.param)
+    return str(request.param)

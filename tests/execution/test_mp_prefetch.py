@@ -17,6 +17,8 @@ from chute import MultiprocessingOptions
 from chute._execution.remote import WorkerDiedError
 from chute.experimental import assert_equal_output_after_checkpoint, skip_errors
 
+pytestmark = pytest.mark.usefixtures("start_method")
+
 
 def pipeline() -> grain.IterDataset[Any]:
     return (

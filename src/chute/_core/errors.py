@@ -48,7 +48,17 @@ def annotate(exc: BaseException, stage: str, index: int | None) -> None:
     innermost stage wins) so error budgets can record it.
     """
     where = f"element index {index}" if index is not None else "an element"
-    note = f"chute: raised in stage {stage} while processing {where}."
+    add_note(exc, f"chute: raised in stage {stage} while processing {where}.")
+    if getattr(exc, "chute_element_index", None) is None:
+        try:
+            exc.chute_element_index = index  # type: ignore[attr-defined]
+            exc.chute_stage = stage  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``, on Python 3.10 too."""
     if sys.version_info >= (3, 11):
         exc.add_note(note)
     else:  # pragma: no cover - Python 3.10
@@ -56,12 +66,6 @@ def annotate(exc: BaseException, stage: str, index: int | None) -> None:
         notes.append(note)
         try:
             exc.__notes__ = notes  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
-    if getattr(exc, "chute_element_index", None) is None:
-        try:
-            exc.chute_element_index = index  # type: ignore[attr-defined]
-            exc.chute_stage = stage  # type: ignore[attr-defined]
         except AttributeError:
             pass
 

@@ -4,8 +4,10 @@ The worker iterates its dataset and sends, for every element, the element
 and its iterator's state right after producing it; the parent's
 ``get_state()`` is therefore the state of the last element it *received*,
 and a restore starts a worker from exactly there.  The parent grants the
-worker credits, one per element it may produce ahead, so at most
-``buffer_size`` elements wait in the pipe.
+worker credits, one per element it may produce ahead: ``buffer_size`` may
+wait in the pipe while the worker makes the next one (as a Grain worker
+fills its queue of ``per_worker_buffer_size`` and then holds one more), so
+a worker never idles while the parent takes what it made.
 
 An exception in the worker reaches the parent as the same exception type
 with the worker's traceback in a note; the worker carries on with the
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import multiprocessing
 import pickle
 import weakref
 from typing import Any
@@ -25,9 +28,9 @@ import cloudpickle
 import numpy as np
 
 from chute._core import tree
-from chute._core.errors import ChuteError, closed_error
+from chute._core.errors import ChuteError, add_note, closed_error
 from chute._core.iterator import DatasetIterator
-from chute._execution import processes
+from chute._execution import processes, tuning
 from chute._execution.transport import RING_MIN_BYTES, RingReader, RingWriter
 from chute._stages.batch import BatchIterDataset
 
@@ -44,13 +47,24 @@ def _plain(message: tuple[Any, ...]) -> bytes:
 
 
 def _worker_main(
-    payload: bytes, results: Any, credits: Any, index: int, count: int, ring: str
+    job: bytes | tuple[Any, Any, Any],
+    results: Any,
+    credits: Any,
+    index: int,
+    count: int,
+    ring: str,
 ) -> None:
-    """The worker's loop: one credit in, one element (or error, or end) out."""
+    """The worker's loop: one credit in, one element (or error, or end) out.
+
+    ``job`` is ``(dataset, state, init_fn)``, pickled when the worker did not
+    fork from the parent.
+    """
     processes.ignore_interrupts()
+    processes.keep_freed_memory()
+    tuning.in_worker_process()
     try:
         writer = RingWriter(ring)
-        dataset, state, init_fn = cloudpickle.loads(payload)
+        dataset, state, init_fn = cloudpickle.loads(job) if isinstance(job, bytes) else job
         dataset = _batches_in_ring(dataset, writer)
         if init_fn is not None:
             init_fn(index, count)
@@ -154,21 +168,38 @@ class RemoteIterator(DatasetIterator[Any]):
     ) -> None:
         super().__init__()
         self._dataset, self._index, self._count = dataset, index, count
-        self._buffer_size, self._init_fn = max(1, buffer_size), worker_init_fn
+        self._credit_count = max(1, buffer_size) + 1  # buffer_size waiting + one in the making
+        self._init_fn = worker_init_fn
         self._state_now: dict[str, Any] | None = None
         self._ended = False
         self._launch(state)
 
     def _launch(self, state: dict[str, Any] | None) -> None:
-        ctx = processes.context()
-        receive, send = ctx.Pipe(duplex=False)
-        credit_in, credit_out = ctx.Pipe(duplex=False)
-        payload = processes.dumps((self._dataset, state, self._init_fn))
+        receive, send = multiprocessing.Pipe(duplex=False)
+        credit_in, credit_out = multiprocessing.Pipe(duplex=False)
+        processes.keep_out_of_children(receive, credit_out)
+        method = processes.start_method()
+        job: Any = (self._dataset, state, self._init_fn)
+        if method != "fork":
+            try:
+                job = processes.dumps(job)
+            except Exception as exc:
+                add_note(
+                    exc,
+                    f"chute: the pipeline of worker {self._index} must be pickled for the fork "
+                    f"server, because this process cannot fork its workers now "
+                    f"({processes.fork_unsafe_reason() or processes.START_ENV + '=forkserver'}); "
+                    "make everything it holds picklable (open files and locks inside the map, "
+                    "not outside it).",
+                )
+                raise
         self._ring = RingReader()
+        self.start_method = method
         self._process = processes.start(
             _worker_main,
-            (payload, send, credit_in, self._index, self._count, self._ring.prefix),
+            (job, send, credit_in, self._index, self._count, self._ring.prefix),
             name=f"chute-worker-{self._index}",
+            method=method,
         )
         send.close()
         credit_in.close()
@@ -178,7 +209,7 @@ class RemoteIterator(DatasetIterator[Any]):
         )
         self._ended = False
         self._state_now = None  # set by the worker's READY message
-        for _ in range(self._buffer_size):
+        for _ in range(self._credit_count):
             self._credits.send_bytes(b"1")
 
     def _receive(self) -> tuple[str, Any, dict[str, Any]]:
@@ -251,7 +282,7 @@ class RemoteIterator(DatasetIterator[Any]):
             while (message := self._receive_one())[0] != _READY:
                 pass  # elements the worker made ahead from the old position
             self._state_now, self._ended = message[2], False
-            for _ in range(self._buffer_size):
+            for _ in range(self._credit_count):
                 self._credits.send_bytes(b"1")
         except OSError as exc:  # the worker died between the check above and now
             raise self._died() from exc
@@ -270,6 +301,5 @@ def _rebuild(value: tuple[bytes | None, str], worker: int) -> BaseException:
     except Exception:
         exc = RuntimeError(text)
     note = f"chute: raised in worker process {worker}; the worker's traceback:\n{text}"
-    if hasattr(exc, "add_note"):
-        exc.add_note(note)
+    add_note(exc, note)
     return exc

@@ -16,18 +16,60 @@ few cores they slow everything down.  Rather than guess, the reader measures:
   changes of load and finds gains the signals above cannot see (CPU work that
   releases the GIL).
 
+Inside a worker process (``in_worker_process()``), the time the consumer
+spends outside ``next()`` is the worker handing elements to the parent,
+which threads cannot shorten: there only reads that wait (I/O) start
+threads, and no blind trials run while reads are inline, so workers do not
+compete with each other for the cores with threads of their own.
+
 Tuning changes only *when* chunks are read, never which elements come out in
 which order.
 """
 
 from __future__ import annotations
 
+import os
 import time
+import weakref
+from collections.abc import Callable
 
 WINDOW_SECONDS = 0.05
 RECHECK_EVERY = 100  # windows between trials of a neighbouring level (about 5 s)
 MIN_GAIN = 1.05  # a level must beat the best so far by 5% to be kept
 HINT_SHARE = 0.25  # outside or waiting time, as a share of read time, that suggests threads
+
+_in_worker = False
+
+
+def in_worker_process() -> None:
+    """Marks this process as a worker: tuners made from now on start threads only for I/O."""
+    global _in_worker
+    _in_worker = True
+
+
+def busy_clock() -> Callable[[], float]:
+    """A clock of the calling thread's busy seconds: on a CPU, or ready and waiting for one.
+
+    Wall time minus busy time is then time the thread was blocked (I/O, a
+    lock), which threads reading ahead can overlap.  Outside worker
+    processes this is the thread's CPU time, the cheaper reading; in a worker,
+    where the processes compete for the cores, it adds the time the thread
+    waited on the run queue (Linux ``schedstat``), so that competing for a
+    core is not mistaken for waiting on I/O.
+    """
+    if not _in_worker:
+        return time.thread_time
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        return time.thread_time
+
+    def busy() -> float:
+        running, waiting = os.pread(fd, 64, 0).split()[:2]
+        return (int(running) + int(waiting)) * 1e-9
+
+    weakref.finalize(busy, os.close, fd)
+    return busy
 
 
 def levels_for(max_threads: int) -> list[int]:
@@ -51,6 +93,7 @@ class ReadAheadTuner:
         self._trial: str | None = None  # "explore" (climbing) or "neighbour"
         self._cooldown = 0
         self._looked = False
+        self._io_only = _in_worker
         self._rechecks = 0
         self._window_start = time.perf_counter()
         self._count, self._read_wall, self._read_cpu = 0, 0.0, 0.0
@@ -81,7 +124,7 @@ class ReadAheadTuner:
     def _threads_may_help(self, elapsed: float) -> bool:
         if self.level or not self._read_wall:
             return False
-        outside = elapsed - self._read_wall
+        outside = 0.0 if self._io_only else elapsed - self._read_wall
         waiting = self._read_wall - self._read_cpu
         return max(outside, waiting) > HINT_SHARE * self._read_wall
 
@@ -94,6 +137,8 @@ class ReadAheadTuner:
             self._trial, self._best_index, self._best_rate, self._index = "explore", 0, rate, 1
             return
         self._cooldown = RECHECK_EVERY
+        if self._index == 0 and self._io_only:
+            return  # a worker's inline reads do not wait: threads would only compete
         if self._index == 0 and not self._looked:
             self._looked = True  # nothing suggests threads: look again in a while
             return

@@ -26,6 +26,7 @@ from chute._core.errors import CheckpointError, closed_error
 from chute._core.options import ReadOptions
 from chute._core.transforms import TRANSFORM_TYPES, Batch, FlatMap
 from chute._core.validate import check_int
+from chute._execution import processes
 from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
 from chute._execution.streams import Stream, positions_of, relayout
@@ -107,6 +108,8 @@ class DataLoader:
         self._shard = self._check_sharding(shard_options)
         self._check_sampler()
         self._enable_profiling = bool(enable_profiling)
+        if self._worker_count:
+            processes.prepare()  # a fork server, if one is needed, loads while the program goes on
 
     def _check_sharding(self, shard_options: Any) -> tuple[int, int]:
         """The (index, count) of the positions this loader reads.

@@ -17,6 +17,7 @@ from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError
 from chute._core.options import MultiprocessingOptions
 from chute._core.validate import check_callable
+from chute._execution import processes
 from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
 from chute._execution.slicing import share, share_stream
@@ -53,6 +54,8 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         self._sequential = bool(sequential_slice)
         for worker in range(options.num_workers):  # fails now, not in a worker, if it cannot slice
             share(parent, worker, options.num_workers, self._sequential)
+        if options.num_workers:
+            processes.prepare()  # a fork server, if one is needed, loads while the program goes on
 
     def __iter__(self) -> DatasetIterator[Any]:
         return _MultiprocessIterator(self)

@@ -32,7 +32,7 @@ import numpy as np
 
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.options import ReadOptions
-from chute._execution.tuning import ReadAheadTuner, levels_for
+from chute._execution.tuning import ReadAheadTuner, busy_clock, levels_for
 from chute._stages.filter import WINDOW, DropCheck
 
 _TARGET_CHUNK_SECONDS = 0.002
@@ -89,6 +89,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._chunk = 1
         levels = levels_for(self._threads) if options.autotune else [self._threads]
         self._tuner = ReadAheadTuner(levels)
+        self._busy = busy_clock()
         self._holes = _HoleCount(self)
         self._start_at(0)
 
@@ -150,9 +151,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
         inline_wall = inline_cpu = 0.0
         try:
             if future is None:
-                cpu = time.thread_time()
+                busy = self._busy()
                 items, inline_wall = _read(self._ds, start, stop)
-                inline_cpu = time.thread_time() - cpu
+                inline_cpu = self._busy() - busy
                 self._adapt(stop - start, inline_wall)
             else:
                 items, seconds = future.result()
