@@ -10,6 +10,12 @@ the same elements in the same order, and faster.
 """
 
 # The engine and all its stages load first: the modules below build on them.
+# Beside JAX, whose runtime makes forking unsafe, workers come from a fork server: start it first,
+# in the background, so that it has loaded by the time the first pipeline iterates.
+from chute._execution import processes as _processes
+
+_processes.prepare(only_beside_jax=True)
+
 import chute._core.dataset  # noqa: F401
 from chute import checkpoint, experimental, multiprocessing, samplers, sharding, sources, transforms
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset

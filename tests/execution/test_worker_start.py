@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -129,10 +130,30 @@ stop.set()
 @pytest.mark.parametrize("thread", [False, True])
 def test_the_fork_server_starts_when_the_pipeline_is_built_only_if_needed(thread: bool) -> None:
     code = textwrap.dedent(PREPARE.format(thread=thread))
-    env: dict[str, Any] = {k: v for k, v in __import__("os").environ.items()}
+    env: dict[str, Any] = dict(os.environ)
     env.pop(processes.START_ENV, None)
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == [str(thread), "[0, 1, 2, 3]"]
+
+
+BESIDE_JAX = """
+import multiprocessing.forkserver as fs
+{first}
+import chute
+print(fs._forkserver._forkserver_pid is not None)
+"""
+
+
+@pytest.mark.parametrize("first", ["", "import jax"])
+def test_importing_chute_beside_jax_starts_the_fork_server(first: str) -> None:
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop(processes.START_ENV, None)
+    code = textwrap.dedent(BESIDE_JAX.format(first=first))
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(bool(first))

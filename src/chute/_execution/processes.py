@@ -8,9 +8,11 @@ Two ways to start a worker:
   CUDA through torch, TensorFlow) initialised, since a fork copies locks
   that other threads may hold and runtimes that do not survive it.
 * a ``forkserver`` preloaded with chute and numpy: a fresh interpreter,
-  started once per process (``prepare()`` starts it as soon as a pipeline
-  with workers is built, so it loads while the rest of the program starts),
-  that forks every worker from its clean, single-threaded state.  The
+  started once per process, that forks every worker from its clean,
+  single-threaded state.  Loading numpy and chute takes it a few tenths of
+  a second, so ``prepare()`` starts it in the background as early as it
+  can tell the server will be needed: when chute is imported beside JAX,
+  and when a pipeline with workers is built.  The
   pipeline travels by cloudpickle, so lambdas and closures work.  Unlike
   multiprocessing's own fork server, chute's workers never re-import the
   user's ``__main__`` module: a script without an
@@ -89,9 +91,22 @@ def start_method() -> str:
     return "fork" if fork_unsafe_reason() is None else "forkserver"
 
 
-def prepare() -> None:
-    """Starts the fork server in the background now if workers could not be forked now."""
-    if start_method() == "forkserver":
+def prepare(*, only_beside_jax: bool = False) -> None:
+    """Starts the fork server in the background if the workers will likely need it.
+
+    They will when this process cannot fork now, and when it has imported
+    JAX, whose runtime (started before any training step) makes forking
+    unsafe.  The server then loads numpy and chute while the program goes
+    on; the caller does not wait.  With ``only_beside_jax`` (at chute's
+    import), only JAX's presence counts.
+    """
+    chosen = os.environ.get(START_ENV, "auto") or "auto"
+    if chosen == "fork":
+        return
+    beside_jax = "jax" in sys.modules
+    if only_beside_jax and not beside_jax:
+        return
+    if beside_jax or start_method() == "forkserver":
         context()
         with _LOCK:
             multiprocessing.forkserver.ensure_running()
