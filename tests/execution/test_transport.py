@@ -1,4 +1,4 @@
-"""RingWriter/RingReader: exact trees across processes, ring reuse and growth, no leaks."""
+"""RingWriter/RingReader: exact trees across processes, zero-copy views, slot reuse, no leaks."""
 
 from __future__ import annotations
 
@@ -50,8 +50,15 @@ def _leftovers(prefix: str) -> list[str]:
     return found
 
 
-def _generation(message: bytes) -> int:
-    return int(struct.unpack_from("=3Q", message)[1])
+def _slots(message: bytes) -> list[int]:
+    """The slot ids a message names."""
+    (count,) = struct.unpack_from("=Q", message)
+    return list(struct.unpack_from(f"={2 * count}Q", message, 8)[::2])
+
+
+def _lent(array: np.ndarray) -> bool:
+    """Whether ``array`` is a view of a slot (its memory is shared), not a copy."""
+    return isinstance(array.base, np.ndarray) and isinstance(array.base.base, memoryview)
 
 
 def _assert_same(got: Any, expected: Any) -> None:
@@ -112,7 +119,7 @@ def _start(fn: Any, *args: Any) -> tuple[Any, Any, Any]:
 @pytest.fixture
 def ring() -> Iterator[tuple[RingReader, RingWriter]]:
     reader = RingReader()
-    writer = RingWriter(reader.prefix, initial_size=1 << 18)
+    writer = RingWriter(reader.prefix)
     yield reader, writer
     writer.close()
     reader.close()
@@ -140,50 +147,83 @@ def test_large_arrays_go_through_the_ring_small_ones_inline(
     _assert_same(reader.decode(inline), {"small": small})
 
 
-def test_decoded_arrays_own_their_memory_and_keep_writability(
+def test_held_arrays_keep_their_slots_and_their_writability(
     ring: tuple[RingReader, RingWriter],
 ) -> None:
     reader, writer = ring
     frozen = np.arange(1 << 14, dtype=np.int32)
     frozen.flags.writeable = False
     kept = reader.decode(writer.encode({"live": np.arange(1 << 14), "frozen": frozen}))
-    for i in range(100):  # overwrite the ring many times over
+    for i in range(100):  # many messages while those arrays are held
         reader.decode(writer.encode(np.full(20_000, i, np.int64)))
     assert kept["live"].flags.writeable and not kept["frozen"].flags.writeable
     np.testing.assert_array_equal(kept["live"], np.arange(1 << 14))
     np.testing.assert_array_equal(kept["frozen"], frozen)
 
 
-def test_ring_wraps_around_without_growing_when_consumed(
+def test_decoded_arrays_are_views_of_shared_memory_not_copies(
+    ring: tuple[RingReader, RingWriter],
+) -> None:
+    reader, writer = ring
+    got = reader.decode(writer.encode(np.ones(1 << 16)))
+    assert _lent(got) and reader.lent_bytes == 8 << 16
+    del got
+    gc.collect()
+    assert reader.lent_bytes == 0
+
+
+def test_a_slot_is_reused_once_every_array_over_it_is_gone(
+    ring: tuple[RingReader, RingWriter],
+) -> None:
+    reader, writer = ring
+    first = writer.encode(np.arange(10_000))
+    tail = reader.decode(first)[-10:]  # a slice keeps the whole slot
+    second = writer.encode(np.arange(10_000))
+    assert _slots(second) != _slots(first)
+    reader.decode(second)  # dropped at once: its slot is free again
+    assert _slots(writer.encode(np.arange(10_000))) == _slots(second)
+    assert tail.tolist() == list(range(9_990, 10_000))
+    del tail
+    gc.collect()
+    assert _slots(writer.encode(np.arange(10_000))) in (_slots(first), _slots(second))
+
+
+def test_slots_are_reused_when_consumed_and_their_names_go_at_once(
     ring: tuple[RingReader, RingWriter],
 ) -> None:
     reader, writer = ring
     in_flight: collections.deque[tuple[int, bytes]] = collections.deque()
-    for i in range(300):  # about 45 laps of the 256 KiB ring, four messages behind
+    used: set[int] = set()
+    for i in range(300):  # four messages behind, each array kept until the next one
         message = writer.encode({"x": np.full(40_000 + i, i % 251, np.uint8), "i": i})
-        assert _generation(message) == 1
+        used.update(_slots(message))
         in_flight.append((i, message))
-        if len(in_flight) > 4 or i == 299:
-            while in_flight and (len(in_flight) > 4 or i == 299):
-                j, message = in_flight.popleft()
-                got = reader.decode(message)
-                assert got["i"] == j
-                np.testing.assert_array_equal(got["x"], np.full(40_000 + j, j % 251, np.uint8))
-    assert _leftovers(reader.prefix) == [f"{reader.prefix}-1"]
+        while in_flight and (len(in_flight) > 4 or i == 299):
+            j, message = in_flight.popleft()
+            got = reader.decode(message)
+            assert got["i"] == j
+            np.testing.assert_array_equal(got["x"], np.full(40_000 + j, j % 251, np.uint8))
+    assert len(used) <= 7
+    assert _leftovers(reader.prefix) == [f"{reader.prefix}-0"]  # only the control segment
 
 
-def test_full_ring_grows_and_old_generations_are_unlinked(
-    ring: tuple[RingReader, RingWriter],
-) -> None:
-    reader, writer = ring
-    arrays = [np.full(20_000, i, np.uint16) for i in range(30)] + [np.ones(1 << 20)]
-    messages = [writer.encode(a) for a in arrays]  # nothing consumed: 1.2 MB then 8 MB
-    generations = [_generation(m) for m in messages]
-    assert generations == sorted(generations) and generations[-1] >= 4
-    assert len(_leftovers(reader.prefix)) == generations[-1] + 1
-    for a, message in zip(arrays, messages):
-        _assert_same(reader.decode(message), a)
-    assert _leftovers(reader.prefix) == [f"{reader.prefix}-{generations[-1]}"]
+def test_past_the_lend_limit_arrays_are_copied_and_their_slots_freed() -> None:
+    with RingReader(lend_limit=100_000) as reader:
+        writer = RingWriter(reader.prefix)
+        held = [reader.decode(writer.encode(np.full(5_000, i))) for i in range(5)]  # 40 kB each
+        assert [_lent(a) for a in held] == [True, True, False, False, False]
+        assert reader.lent_bytes == 80_000
+        assert [int(a[0]) for a in held] == [0, 1, 2, 3, 4]
+        assert len(writer._slots.slots) == 3  # the copied ones went back at once
+    with RingReader(lend_limit=0) as reader:
+        writer = RingWriter(reader.prefix)
+        assert not _lent(reader.decode(writer.encode(np.ones(50_000))))
+
+
+def test_bad_lend_limits_raise_value_error() -> None:
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="lend_limit"):
+            RingReader(lend_limit=bad)  # type: ignore[arg-type]
 
 
 def test_reserve_builds_a_batch_in_place(ring: tuple[RingReader, RingWriter]) -> None:
@@ -219,25 +259,23 @@ def test_reserve_rejects_object_dtypes_and_negative_shapes(
     assert isinstance(writer.reserve(np.int64(2), np.uint8)[0], RingSlot)
 
 
-def test_decoding_out_of_order_raises(ring: tuple[RingReader, RingWriter]) -> None:
+def test_messages_decode_in_any_order(ring: tuple[RingReader, RingWriter]) -> None:
     reader, writer = ring
-    first, second = (writer.encode(np.ones(5000)) for _ in range(2))
-    reader.decode(second)
-    with pytest.raises(ValueError, match="order they were encoded"):
-        reader.decode(first)
-    old = writer.encode(np.ones(5000))
-    reader.decode(writer.encode(np.ones(1 << 20)))  # a new generation: the old one goes
-    with pytest.raises(ValueError, match="order they were encoded"):
-        reader.decode(old)
+    first, second = (writer.encode(np.full(5000, i)) for i in range(2))
+    assert int(reader.decode(second)[0]) == 1 and int(reader.decode(first)[0]) == 0
 
 
-def test_dropped_messages_are_freed_by_later_ones(ring: tuple[RingReader, RingWriter]) -> None:
+def test_dropped_messages_keep_only_their_own_slots(ring: tuple[RingReader, RingWriter]) -> None:
     reader, writer = ring
-    for i in range(200):
+    dropped = []
+    for i in range(60):
         message = writer.encode(np.full(5000, i))
-        if i % 3 == 0:
+        if i % 3:
+            dropped.append(message)
+        else:
             np.testing.assert_array_equal(reader.decode(message), np.full(5000, i))
-    assert _leftovers(reader.prefix) == [f"{reader.prefix}-1"]
+    assert len(writer._slots.slots) == len(dropped)  # a decoded message's slot went to the next
+    assert len(_leftovers(reader.prefix)) <= len(dropped) + 1  # theirs, and the control segment
 
 
 def test_failed_encode_leaves_the_ring_usable(ring: tuple[RingReader, RingWriter]) -> None:
@@ -249,7 +287,7 @@ def test_failed_encode_leaves_the_ring_usable(ring: tuple[RingReader, RingWriter
 
 def test_closed_reader_stops_the_writer_and_leaves_nothing() -> None:
     reader = RingReader()
-    writer = RingWriter(reader.prefix, 1 << 12)
+    writer = RingWriter(reader.prefix)
     message = writer.encode(np.ones(10_000))
     reader.close()
     reader.close()
@@ -266,21 +304,21 @@ def test_closed_reader_stops_the_writer_and_leaves_nothing() -> None:
 def test_garbage_collected_reader_unlinks_its_ring() -> None:
     reader = RingReader()
     prefix = reader.prefix
-    RingWriter(prefix, 1 << 12).encode(np.ones(10_000))
+    RingWriter(prefix).encode(np.ones(10_000))
     assert len(_leftovers(prefix)) == 2
     del reader
     gc.collect()
     assert _leftovers(prefix) == []
 
 
-@pytest.mark.parametrize("prefix, size", [("", 1), ("a/b", 1), ("p", 0), ("p", True)])
-def test_bad_writer_arguments_raise_value_error(prefix: str, size: int) -> None:
-    with pytest.raises(ValueError, match="prefix|initial_size"):
-        RingWriter(prefix, size)
+@pytest.mark.parametrize("prefix", ["", "a/b", 3])
+def test_bad_writer_arguments_raise_value_error(prefix: Any) -> None:
+    with pytest.raises(ValueError, match="prefix"):
+        RingWriter(prefix)
 
 
 def _send_trees(results: Any, credits: Any, prefix: str, count: int) -> None:
-    writer = RingWriter(prefix, initial_size=1 << 16)
+    writer = RingWriter(prefix)
     rng = np.random.default_rng(7)
     for i in range(count):
         results.send_bytes(writer.encode(_tree(rng, i)))
@@ -290,22 +328,21 @@ def test_trees_from_a_worker_process_arrive_exactly() -> None:
     with RingReader() as reader:
         count = 50
         process, results, _ = _start(_send_trees, reader.prefix, count)
-        rng, generations = np.random.default_rng(7), set()
+        rng = np.random.default_rng(7)
         in_flight: collections.deque[bytes] = collections.deque()
         for i in range(count + 3):
             if i < count:
                 in_flight.append(results.recv_bytes())
             if i >= 3:  # decode three messages behind
                 message = in_flight.popleft()
-                generations.add(_generation(message))
                 _assert_same(reader.decode(message), _tree(rng, i - 3))
         process.join(timeout=30)
-        assert process.exitcode == 0 and len(generations) >= 3  # grew several times
+        assert process.exitcode == 0
     assert _leftovers(reader.prefix) == []
 
 
 def _send_until_killed(results: Any, credits: Any, prefix: str) -> None:
-    writer = RingWriter(prefix, initial_size=1 << 12)
+    writer = RingWriter(prefix)
     for size in (1 << 15, 1 << 16, 1 << 17, 1 << 19):
         results.send_bytes(writer.encode({"x": np.ones(size, np.uint8)}))
     results.send_bytes(b"ready")
@@ -335,7 +372,7 @@ def test_interpreter_exit_without_close_leaves_nothing_and_no_warnings() -> None
         CHILD = '''
         import numpy as np
         from chute._execution.transport import RingWriter
-        writer = RingWriter(prefix, 1 << 12)
+        writer = RingWriter(prefix)
         for size in (1 << 15, 1 << 16, 1 << 18):
             conn.send_bytes(writer.encode({"x": np.ones(size, np.uint8)}))
         '''

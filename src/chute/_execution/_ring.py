@@ -1,24 +1,30 @@
-"""The shared-memory segments behind ``RingWriter`` and ``RingReader``.
+"""The shared-memory slots behind ``RingWriter`` and ``RingReader``.
 
-A ring is a series of *generations*, POSIX shared-memory segments named
-``f"{prefix}-{generation}"``.  Each is a 64-byte header of native uint64
-words, then ``capacity`` bytes of data::
+A worker's large arrays travel in *slots*: POSIX shared-memory segments
+named ``f"{prefix}-{id}"``, each a 64-byte header of native uint64 words,
+then ``capacity`` bytes of data.  Word 0 of a slot is its state::
 
-    word 0   read position: everything before it is consumed (the reader writes it)
+    FREE      the writer may fill it (the reader wrote this)
+    BUSY      filled, or lent to arrays the parent still holds (the writer wrote this)
+    RETIRED   the writer let it go; the reader unmaps it (the writer wrote this)
+
+Segment 0 is the control segment, made by the reader, a header only::
+
     word 1   1 once the reader is closed (the reader writes it)
+    word 2   the next slot id (the writer writes it before creating the slot)
 
-Positions count bytes since the generation began and never wrap: position
-``p`` lives at data offset ``p % capacity``.  The writer alone knows its write
-position; the bytes in ``[read position, write position)`` are in flight.
+Life of a slot: the writer creates it (ids count up, never reused), marks
+it BUSY and fills it.  The reader maps it when a message first names it and
+unlinks its name at once: from then on the memory lives exactly as long as
+a process maps it, and nothing is left in /dev/shm.  The reader marks it
+FREE when the arrays it handed out over it are all gone (or after copying
+them); the writer then reuses it, so its pages are never faulted in again.
 
-Ownership: the reader creates generation 0 (an empty header), so a writer
-can tell whether its reader is alive; the writer creates the others.  Only
-the reader registers segments with ``multiprocessing``'s resource tracker,
-once each, and it unlinks (and unregisters) them: the ones below the newest
-generation it has read from, and on close every generation from the lowest
-it still holds up to the first name missing (generations are created in
-order, so there are no gaps).  The writer never registers nor unlinks,
-except a generation it just made after its reader closed.
+Cleanup of slots never named in a decoded message: the reader's ``close()``
+unlinks every id below the control segment's next id; a writer whose reader
+went away does the same for its own (``sweep()``).  Unlinking a name that
+is already gone is harmless.  Only the control segment is registered with
+``multiprocessing``'s resource tracker, by the reader.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import threading
+import weakref
 from multiprocessing import resource_tracker
 
 import numpy as np
@@ -39,17 +47,21 @@ except ImportError:  # pragma: no cover - Windows
 
 HEADER = 64
 ALIGN = 64
-READ, CLOSED = 0, 1
+STATE = 0
+CLOSED, NEXT_ID = 1, 2  # words of the control segment
+FREE, BUSY, RETIRED = 0, 1, 2
+_SLOT_ROUNDING = 1 << 16  # slot sizes: the array plus an eighth, rounded up to 64 KiB
+_FREE_BYTES = 64 << 20  # free slots a writer keeps, or four times the slot it makes, if more
 
 
-def segment_name(prefix: str, generation: int) -> str:
-    """The name of one generation of a ring."""
-    return f"{prefix}-{generation}"
+def segment_name(prefix: str, slot: int) -> str:
+    """The name of one slot (0: the control segment)."""
+    return f"{prefix}-{slot}"
 
 
 def _shm_open(name: str, flags: int) -> int:
     if _posixshmem is None:  # pragma: no cover - Windows
-        raise OSError("chute's ring transport needs POSIX shared memory (Linux or macOS).")
+        raise OSError("chute's worker transport needs POSIX shared memory (Linux or macOS).")
     return int(_posixshmem.shm_open("/" + name, flags, mode=0o600))
 
 
@@ -76,7 +88,7 @@ def _allocate(fd: int, size: int) -> None:
         if exc.errno == errno.ENOSPC:
             raise OSError(
                 errno.ENOSPC,
-                f"no room in shared memory for a {size}-byte ring segment; give /dev/shm "
+                f"no room in shared memory for a {size}-byte transport slot; give /dev/shm "
                 "more room (e.g. docker run --shm-size=4g) or send smaller elements.",
             ) from None
         # other file systems may not support it: the pages come on first write
@@ -97,148 +109,158 @@ def open_existing(name: str) -> mmap.mmap | None:
 
 
 class Segment:
-    """One process's mapping of a generation: its header words and its data bytes."""
+    """One process's mapping of a segment: its header words and its data bytes."""
 
-    __slots__ = ("capacity", "data", "head", "name")
+    __slots__ = ("capacity", "data", "head", "mapped", "name")
 
     def __init__(self, name: str, mapped: mmap.mmap) -> None:
-        self.name = name
+        self.name, self.mapped = name, mapped
         self.capacity = len(mapped) - HEADER
         self.head = memoryview(mapped)[:HEADER].cast("Q")
         self.data = np.frombuffer(mapped, np.uint8, offset=HEADER)
 
+    def lend(self, nbytes: int) -> np.ndarray:
+        """The first ``nbytes`` as an array that every array made from it keeps alive.
 
-class WriteRing:
-    """The writer's side: hands out space, starting a larger generation when full."""
-
-    def __init__(self, prefix: str, initial_size: int) -> None:
-        self.prefix, self.initial_size = prefix, initial_size
-        name = segment_name(prefix, 0)
-        mapped = open_existing(name)  # made by the reader, so it exists unless the reader closed
-        if mapped is None:
-            raise FileNotFoundError(errno.ENOENT, "ring segment is incomplete", name)
-        self.segment, self.generation, self.position = Segment(name, mapped), 0, 0
-
-    def reader_closed(self) -> bool:
-        return bool(self.segment.head[CLOSED])
-
-    def claim(self, nbytes: int) -> tuple[int, np.ndarray]:
-        """Claims ``nbytes`` of ring space: its position and its bytes."""
-        start = self.allocate(nbytes)
-        offset = start % self.segment.capacity
-        return start, self.segment.data[offset : offset + nbytes]
-
-    def allocate(self, nbytes: int) -> int:
-        """Claims ``nbytes`` (64-byte aligned) in the current generation; returns the position."""
-        size = -(-max(nbytes, 1) // ALIGN) * ALIGN
-        segment = self.segment
-        capacity = segment.capacity
-        if size <= capacity:
-            start = self.position
-            offset = start % capacity
-            if offset + size > capacity:  # no room before the end: wrap to the start
-                start += capacity - offset
-            if start + size - segment.head[READ] <= capacity:
-                self.position = start + size
-                return start
-        self._grow(max(self.initial_size, 2 * capacity, size))
-        self.position = size
-        return 0
-
-    def _grow(self, capacity: int) -> None:
-        name = segment_name(self.prefix, self.generation + 1)
-        try:
-            mapped = create(name, -(-capacity // ALIGN) * ALIGN)
-        except FileExistsError:
-            raise FileExistsError(
-                f"ring segment {name!r} already exists: two RingWriters share one prefix; "
-                "give each writer the prefix of its own RingReader."
-            ) from None
-        if self.reader_closed():  # it may have swept before we created the segment
-            _unlink_name(name)
-            raise BrokenPipeError("the RingReader was closed; stop encoding.")
-        self.segment, self.generation = Segment(name, mapped), self.generation + 1
+        NumPy collapses a chain of views to the first base of another type, so
+        the array is made over a memoryview: arrays built on it keep it, not
+        ``data``, as their base, and its death means they are all gone.
+        """
+        return np.frombuffer(memoryview(self.mapped)[HEADER : HEADER + nbytes], np.uint8)
 
 
-class ReadRings:
-    """The reader's side: maps generations lazily, releases consumed space, cleans up."""
+class WriteSlots:
+    """The writer's side: hands out free slots, creating and retiring them as sizes need."""
 
     def __init__(self, prefix: str) -> None:
-        self.prefix, self.low, self.pid, self.closed = prefix, 0, os.getpid(), False
-        self.segments: dict[int, Segment] = {}
-        self._adopt(0, create(segment_name(prefix, 0), 0))
+        self.prefix = prefix
+        mapped = open_existing(segment_name(prefix, 0))  # FileNotFoundError once the reader closed
+        if mapped is None:
+            raise FileNotFoundError(errno.ENOENT, "transport is incomplete", prefix)
+        self.control = Segment(segment_name(prefix, 0), mapped)
+        self.slots: dict[int, Segment] = {}
 
-    def take(self, table: tuple[int, ...], generation: int, position: int) -> list[np.ndarray]:
-        """Copies of the ``(generation, position, size)`` buffers in ``table``, then frees them."""
-        copies = []
-        for i in range(0, len(table), 3):
-            buffer_generation, start, nbytes = table[i : i + 3]
-            segment = self.segments.get(buffer_generation) or self._attach(buffer_generation)
-            if start < segment.head[READ]:
-                raise _released(buffer_generation)
-            offset = start % segment.capacity
-            copies.append(segment.data[offset : offset + nbytes].copy())
-        self.release(generation, position)
-        return copies
+    def reader_closed(self) -> bool:
+        return bool(self.control.head[CLOSED])
 
-    def release(self, generation: int, position: int) -> None:
-        """Marks everything before ``position`` consumed; unlinks older generations."""
-        segment = self.segments.get(generation) or self._attach(generation)
-        segment.head[READ] = position
-        while self.low < generation:
-            self._unlink(self.low)
-            self.low += 1
+    def claim(self, nbytes: int) -> tuple[int, np.ndarray]:
+        """A slot for ``nbytes``, marked BUSY: its id and its first ``nbytes`` bytes."""
+        best: tuple[int, Segment] | None = None
+        for slot, segment in self.slots.items():
+            fits = nbytes <= segment.capacity and segment.head[STATE] == FREE
+            if fits and (best is None or segment.capacity < best[1].capacity):
+                best = (slot, segment)
+        if best is None:
+            best = self._create(nbytes)
+        slot, segment = best
+        segment.head[STATE] = BUSY
+        return slot, segment.data[:nbytes]
+
+    def _create(self, nbytes: int) -> tuple[int, Segment]:
+        capacity = -(-(nbytes + nbytes // 8 + 1) // _SLOT_ROUNDING) * _SLOT_ROUNDING
+        free = sorted(
+            (seg.capacity, slot) for slot, seg in self.slots.items() if seg.head[STATE] == FREE
+        )
+        spare = sum(size for size, _ in free) + capacity
+        for size, slot in free:  # too many bytes idle: the smallest go first
+            if spare <= max(_FREE_BYTES, 4 * capacity):
+                break
+            self.slots.pop(slot).head[STATE] = RETIRED
+            spare -= size
+        slot = int(self.control.head[NEXT_ID]) or 1
+        self.control.head[NEXT_ID] = slot + 1  # before creating: the reader's sweep covers it
+        name = segment_name(self.prefix, slot)
+        try:
+            mapped = create(name, capacity)
+        except FileExistsError:
+            raise FileExistsError(
+                f"transport slot {name!r} already exists: two RingWriters share one prefix; "
+                "give each writer the prefix of its own RingReader."
+            ) from None
+        if self.reader_closed():  # it may have swept before we created the slot
+            _unlink_name(name)
+            raise BrokenPipeError("the RingReader was closed; stop encoding.")
+        segment = self.slots[slot] = Segment(name, mapped)
+        return slot, segment
+
+    def sweep(self) -> None:
+        """Unlinks the names of this writer's slots (for when the reader is gone)."""
+        for slot in self.slots:
+            _unlink_name(segment_name(self.prefix, slot))
+
+
+class _Lent:
+    """Bytes the reader has lent to arrays still alive; shared with their finalizers."""
+
+    __slots__ = ("bytes", "lock")
+
+    def __init__(self) -> None:
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def returned(self, head: memoryview, nbytes: int) -> None:
+        head[STATE] = FREE
+        with self.lock:
+            self.bytes -= nbytes
+
+
+class ReadSlots:
+    """The reader's side: maps slots, lends or copies their bytes, frees them, cleans up."""
+
+    def __init__(self, prefix: str, lend_limit: int) -> None:
+        self.prefix, self.pid, self.closed = prefix, os.getpid(), False
+        self.lend_limit = lend_limit
+        self.lent = _Lent()
+        self.slots: dict[int, Segment] = {}
+        self.unlinked: set[int] = set()
+        self.control = Segment(segment_name(prefix, 0), create(segment_name(prefix, 0), 0))
+        resource_tracker.register("/" + self.control.name, "shared_memory")
+
+    def take(self, table: tuple[int, ...]) -> list[np.ndarray]:
+        """The ``(slot, size)`` buffers of ``table``: views while lending is allowed, or copies."""
+        buffers = []
+        for i in range(0, len(table), 2):
+            slot, nbytes = table[i], table[i + 1]
+            segment = self.slots.get(slot) or self._attach(slot)
+            lent = self.lent
+            with lent.lock:
+                lend = lent.bytes + nbytes <= self.lend_limit
+                if lend:
+                    lent.bytes += nbytes
+            if lend:
+                view = segment.lend(nbytes)
+                weakref.finalize(view, lent.returned, segment.head, nbytes)
+                buffers.append(view)
+            else:
+                buffers.append(segment.data[:nbytes].copy())
+                segment.head[STATE] = FREE
+        return buffers
 
     def close(self) -> None:
-        """Tells the writer, then unlinks every generation left (only in this process)."""
+        """Tells the writer, then unlinks every slot name left (only in this process)."""
         if self.closed or self.pid != os.getpid():
             return  # a forked child leaves its parent's segments alone
         self.closed = True
-        while self._close_one(self.low):
-            self.low += 1
-        self.segments.clear()
+        self.control.head[CLOSED] = 1  # before unlinking: see WriteSlots._create
+        for slot in range(1, int(self.control.head[NEXT_ID])):
+            if slot not in self.unlinked:
+                _unlink_name(segment_name(self.prefix, slot))
+        _unlink_name(self.control.name)
+        resource_tracker.unregister("/" + self.control.name, "shared_memory")
+        self.slots.clear()  # mappings go when the last array over them does
 
-    def _close_one(self, generation: int) -> bool:
-        segment = self.segments.get(generation)
-        if segment is None:
-            try:
-                mapped = open_existing(segment_name(self.prefix, generation))
-            except FileNotFoundError:
-                return False
-            segment = (
-                None if mapped is None else Segment(segment_name(self.prefix, generation), mapped)
-            )
-        if segment is not None:
-            segment.head[CLOSED] = 1  # before unlinking: see WriteRing._grow
-        self._unlink(generation)
-        return True
-
-    def _attach(self, generation: int) -> Segment:
+    def _attach(self, slot: int) -> Segment:
         if self.closed:
             raise ValueError("RingReader is closed; decode messages before close().")
-        if generation < self.low:
-            raise _released(generation)
-        name = segment_name(self.prefix, generation)
+        name = segment_name(self.prefix, slot)
+        if slot in self.unlinked:
+            raise ValueError(f"transport slot {name!r} was retired; was the message decoded late?")
         mapped = open_existing(name)
         if mapped is None:
-            raise ValueError(f"ring segment {name!r} is incomplete; was the message cut short?")
-        return self._adopt(generation, mapped)
-
-    def _adopt(self, generation: int, mapped: mmap.mmap) -> Segment:
-        segment = Segment(segment_name(self.prefix, generation), mapped)
-        resource_tracker.register("/" + segment.name, "shared_memory")
-        self.segments[generation] = segment
+            raise ValueError(f"transport slot {name!r} is incomplete; was the message cut short?")
+        _unlink_name(name)  # both sides map it now: the memory goes with the last mapping
+        self.unlinked.add(slot)
+        for old in [s for s, seg in self.slots.items() if seg.head[STATE] == RETIRED]:
+            del self.slots[old]
+        segment = self.slots[slot] = Segment(name, mapped)
         return segment
-
-    def _unlink(self, generation: int) -> None:
-        name = segment_name(self.prefix, generation)
-        _unlink_name(name)
-        if self.segments.pop(generation, None) is not None:  # registered when adopted
-            resource_tracker.unregister("/" + name, "shared_memory")
-
-
-def _released(generation: int) -> ValueError:
-    return ValueError(
-        f"the message refers to ring space (generation {generation}) that a later message "
-        "already released; decode messages in the order they were encoded."
-    )

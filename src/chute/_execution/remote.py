@@ -86,7 +86,8 @@ def _worker_main(
         send((_READY, None, it.get_state()))
         _serve(it, credits, send)
     except (EOFError, BrokenPipeError, OSError):
-        return  # the parent closed our pipes: stop quietly
+        writer.sweep()  # the parent is gone or stopped us: leave no slot behind
+        return
     finally:
         it.close()
         writer.close()

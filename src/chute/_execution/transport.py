@@ -1,34 +1,39 @@
-"""Worker-to-parent transport: NumPy arrays through a shared-memory ring, the rest pickled.
+"""Worker-to-parent transport: NumPy arrays in shared memory, the rest pickled.
 
 A worker's ``RingWriter.encode(tree)`` pickles ``tree`` with protocol 5.
 Every contiguous array of at least ``RING_MIN_BYTES`` bytes (the arrays that
 pickle hands out of band: C- or Fortran-ordered, not of object dtype) is
-copied into the worker's ring, a shared-memory buffer reused message after
-message; the message keeps only where it lies.  Smaller arrays, object
-arrays, strings and everything else stay in the message.  The parent's
-``RingReader.decode(message)`` copies the arrays out, so they own their
-memory, frees their ring space for the writer, and unpickles the tree.
+copied into a shared-memory slot that the writer reuses message after
+message; the message keeps only which slot.  Smaller arrays, object arrays,
+strings and everything else stay in the message.  A batch can also be built
+in a slot in place (``reserve``), so it is written once and never copied.
 
-Message: three native uint64 words (``count`` of ring buffers, and the
-generation and position up to which decoding it frees the ring), ``count``
-(generation, position, size) triples, then the pickle.
+The parent's ``RingReader.decode(message)`` unpickles the tree with its
+large arrays as views of the slots: nothing is copied.  A slot goes back to
+the writer when the last array over it is gone.  While the arrays the
+reader has lent this way add up to more than ``lend_limit`` bytes (the
+program keeps many batches), it copies instead, which frees the slot at
+once: shared memory stays bounded whatever the program holds on to.
+
+Message: one native uint64 word, ``count`` of slot buffers, then ``count``
+(slot, size) pairs, then the pickle.
 
 Rules for callers:
 
 * One ``RingReader`` per ``RingWriter``: make the reader in the parent, give
   its ``prefix`` to the worker, make the writer there.
-* Decode messages in the order they were encoded (one pipe per worker does
-  that).  Dropping messages is fine; decoding one after a later one raises
-  ``ValueError``.
-* Neither side waits for the other: when the ring is full, the writer starts a
-  larger segment.  Limit how many messages are in flight (credits) to bound
+* Messages may be decoded in any order, or dropped (their slots stay busy).
+* Neither side waits for the other: when no free slot fits, the writer makes
+  a new one.  Limit how many messages are in flight (credits) to bound
   memory.  Once the reader is closed, ``encode`` raises ``BrokenPipeError``.
 * The reader cleans up: ``close()`` (or garbage collection, or interpreter
-  exit) unlinks every segment of its ring, even those of a writer killed
-  with SIGKILL.  The writer never needs to clean up.
+  exit) unlinks every slot name, even those of a writer killed with SIGKILL;
+  arrays it lent stay valid.  A writer whose reader went away calls
+  ``sweep()``.
 
 Arrays come back as pickle protocol 5 would give them: read-only only if the
-worker's array was read-only.  Neither class is thread-safe.
+worker's array was read-only.  Neither class is thread-safe (arrays may be
+dropped in any thread).
 
 >>> reader = RingReader()
 >>> writer = RingWriter(reader.prefix)
@@ -55,13 +60,22 @@ from typing import Any
 
 import numpy as np
 
-from chute._execution._ring import ReadRings, WriteRing
+from chute._execution._ring import ReadSlots, WriteSlots
 
 __all__ = ["RING_MIN_BYTES", "RingReader", "RingSlot", "RingWriter"]
 
 RING_MIN_BYTES = 1 << 15  #: smaller arrays go inline: through a pipe, that costs less
-_HEAD = struct.Struct("=3Q")
-_NOTHING = _HEAD.pack(0, 0, 0)
+LEND_LIMIT = 256 << 20  #: at most this many bytes lent as views at once, per reader
+_HEAD = struct.Struct("=Q")
+_NOTHING = _HEAD.pack(0)
+
+
+def _default_lend_limit() -> int:
+    try:
+        stats = os.statvfs("/dev/shm")
+    except OSError:
+        return LEND_LIMIT
+    return min(LEND_LIMIT, stats.f_bavail * stats.f_frsize // 8)
 
 
 def _rebuild(buffer: Any, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.ndarray:
@@ -69,14 +83,14 @@ def _rebuild(buffer: Any, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.nd
 
 
 class RingSlot:
-    """Stands for an array reserved in the ring (``RingWriter.reserve``) in a tree.
+    """Stands for an array reserved in a slot (``RingWriter.reserve``) in a tree.
 
     Pickles as that array, and only inside the next ``encode`` of its writer.
     """
 
     __slots__ = ("_buffer", "_location", "_view")
 
-    def __init__(self, view: np.ndarray, location: tuple[int, int, int]) -> None:
+    def __init__(self, view: np.ndarray, location: tuple[int, int]) -> None:
         self._buffer: pickle.PickleBuffer | None = pickle.PickleBuffer(view)  # type: ignore[arg-type]
         self._view, self._location = view, location
 
@@ -90,57 +104,48 @@ class RingSlot:
 
 
 class RingWriter:
-    """The worker's end: encodes trees into small messages, arrays into the ring.
+    """The worker's end: encodes trees into small messages, arrays into shared-memory slots.
 
     Args:
         prefix: ``RingReader.prefix`` of the reader in the parent.
-        initial_size: Bytes of the first ring segment, made on first use;
-            later ones double (or fit the array) when the ring is full.
     """
 
-    def __init__(self, prefix: str, initial_size: int = 1 << 22) -> None:
+    def __init__(self, prefix: str) -> None:
         if not isinstance(prefix, str) or not prefix or "/" in prefix:
             raise ValueError(
                 f"prefix must be RingReader.prefix, a str without '/' (got {prefix!r})."
             )
-        if isinstance(initial_size, bool) or not isinstance(initial_size, int) or initial_size < 1:
-            raise ValueError(
-                f"initial_size must be a positive int of bytes (got {initial_size!r})."
-            )
         try:
-            self._ring: WriteRing | None = WriteRing(prefix, initial_size)
+            self._slots: WriteSlots | None = WriteSlots(prefix)
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"no RingReader with prefix {prefix!r}: it was closed, or the prefix is wrong; "
                 "pass RingReader().prefix from the parent."
             ) from None
         self._table: list[int] = []
-        self._slots: dict[int, RingSlot] = {}
+        self._reserved: dict[int, RingSlot] = {}
 
     def encode(self, tree: Any) -> bytes:
-        """Pickles ``tree`` into a message, its large arrays into the ring.
+        """Pickles ``tree`` into a message, its large arrays into slots.
 
         Raises:
             BrokenPipeError: The reader was closed.
         """
-        ring = self._open_ring()
+        self._open()
         table: list[int] = []
         self._table = table
         try:
             payload = pickle.dumps(tree, protocol=5, buffer_callback=self._keep)
         finally:
-            for slot in self._slots.values():
+            for slot in self._reserved.values():
                 slot._buffer = slot._view = None  # type: ignore[assignment]
-            self._slots.clear()
+            self._reserved.clear()
         if not table:
             return _NOTHING + payload
-        head = struct.pack(
-            f"=3Q{len(table)}Q", len(table) // 3, ring.generation, ring.position, *table
-        )
-        return head + payload
+        return struct.pack(f"=Q{len(table)}Q", len(table) // 2, *table) + payload
 
     def reserve(self, shape: int | Sequence[int], dtype: Any) -> tuple[RingSlot, np.ndarray]:
-        """Space for an array in the ring, to fill in place before ``encode``.
+        """Space for an array in a slot, to fill in place before ``encode``.
 
         Fill ``view`` (e.g. ``np.stack(rows, out=view)``), then put ``slot``
         (or ``view``) where the array belongs in the tree passed to the very
@@ -156,21 +161,25 @@ class RingWriter:
         """
         dt = np.dtype(dtype)
         if dt.hasobject:
-            raise TypeError(f"cannot reserve ring space for dtype {dt} (it holds objects).")
+            raise TypeError(f"cannot reserve shared memory for dtype {dt} (it holds objects).")
         shape = tuple(map(operator.index, shape if isinstance(shape, Sequence) else [shape]))
         if any(n < 0 for n in shape):
             raise ValueError(f"shape must not have negative sizes (got {shape}).")
-        ring = self._open_ring()
         nbytes = math.prod(shape) * dt.itemsize
-        start, space = ring.claim(nbytes)
-        slot = RingSlot(space.view(dt).reshape(shape), (ring.generation, start, nbytes))
-        self._slots[id(slot._buffer)] = slot
+        slot_id, space = self._open().claim(nbytes)
+        slot = RingSlot(space.view(dt).reshape(shape), (slot_id, nbytes))
+        self._reserved[id(slot._buffer)] = slot
         return slot, slot._view
 
+    def sweep(self) -> None:
+        """Unlinks this writer's slots: for a worker whose parent went away."""
+        if self._slots is not None:
+            self._slots.sweep()
+
     def close(self) -> None:
-        """Unmaps the ring here (arrays in flight stay readable by the reader)."""
-        self._ring = None
-        self._slots.clear()
+        """Unmaps the slots here (arrays in flight stay readable by the reader)."""
+        self._slots = None
+        self._reserved.clear()
 
     def __enter__(self) -> RingWriter:
         return self
@@ -178,18 +187,18 @@ class RingWriter:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _open_ring(self) -> WriteRing:
-        ring = self._ring
-        if ring is None:
+    def _open(self) -> WriteSlots:
+        slots = self._slots
+        if slots is None:
             raise ValueError("RingWriter is closed; make a new one.")
-        if ring.reader_closed():
+        if slots.reader_closed():
             raise BrokenPipeError("the RingReader was closed; stop encoding.")
-        return ring
+        return slots
 
     def _keep(self, buffer: pickle.PickleBuffer) -> bool:
         """pickle's buffer callback: True keeps a buffer in the message."""
-        if self._slots:
-            slot = self._slots.get(id(buffer))
+        if self._reserved:
+            slot = self._reserved.get(id(buffer))
             if slot is not None:
                 self._table.extend(slot._location)
                 return False
@@ -200,43 +209,55 @@ class RingWriter:
         nbytes = raw.nbytes
         if nbytes < RING_MIN_BYTES:
             return True
-        ring: Any = self._ring
-        start, space = ring.claim(nbytes)
+        slots: Any = self._slots
+        slot_id, space = slots.claim(nbytes)
         space[:] = raw
-        self._table += (ring.generation, start, nbytes)
+        self._table += (slot_id, nbytes)
         return False
 
 
 class RingReader:
-    """The parent's end of one worker's ring: decodes its messages, owns its segments.
+    """The parent's end of one worker's transport: decodes its messages, owns its slots.
 
-    ``prefix`` names the ring; pass it to the worker's ``RingWriter``.
+    ``prefix`` names the transport; pass it to the worker's ``RingWriter``.
+
+    Args:
+        lend_limit: Bytes of arrays lent as views of the slots at once; past
+            it, arrays are copied.  0 always copies.  By default
+            ``LEND_LIMIT``, or an eighth of the free space in /dev/shm if
+            that is less (containers often give it only 64 MiB).
     """
 
-    def __init__(self) -> None:
-        self._rings = ReadRings(f"chute-{os.getpid()}-{secrets.token_hex(4)}")
-        self._finalizer = weakref.finalize(self, self._rings.close)
+    def __init__(self, lend_limit: int | None = None) -> None:
+        if lend_limit is None:
+            lend_limit = _default_lend_limit()
+        if isinstance(lend_limit, bool) or not isinstance(lend_limit, int) or lend_limit < 0:
+            raise ValueError(f"lend_limit must be an int >= 0 of bytes (got {lend_limit!r}).")
+        self._slots = ReadSlots(f"chute-{os.getpid()}-{secrets.token_hex(4)}", lend_limit)
+        self._finalizer = weakref.finalize(self, self._slots.close)
 
     @property
     def prefix(self) -> str:
-        """The ring's name prefix, for ``RingWriter(prefix)``."""
-        return self._rings.prefix
+        """The transport's name prefix, for ``RingWriter(prefix)``."""
+        return self._slots.prefix
+
+    @property
+    def lent_bytes(self) -> int:
+        """Bytes of decoded arrays that are views of the slots and still alive."""
+        return self._slots.lent.bytes
 
     def decode(self, message: bytes) -> Any:
-        """The tree a ``RingWriter.encode`` message describes, arrays copied out of the ring."""
+        """The tree a ``RingWriter.encode`` message describes, large arrays as views of slots."""
         view = memoryview(message)
-        count, generation, position = _HEAD.unpack_from(view)
-        start = _HEAD.size + 24 * count
+        (count,) = _HEAD.unpack_from(view)
+        start = _HEAD.size + 16 * count
         if not count:
             return pickle.loads(view[start:])
-        rings = self._rings
-        if rings.closed:
-            raise ValueError("RingReader is closed; decode messages before close().")
-        table = struct.unpack_from(f"={3 * count}Q", view, _HEAD.size)
-        return pickle.loads(view[start:], buffers=rings.take(table, generation, position))
+        table = struct.unpack_from(f"={2 * count}Q", view, _HEAD.size)
+        return pickle.loads(view[start:], buffers=self._slots.take(table))
 
     def close(self) -> None:
-        """Unlinks every segment of the ring; the writer's next ``encode`` then fails.
+        """Unlinks every slot; the writer's next ``encode`` then fails.
 
         Arrays already decoded stay valid.  Closing twice is harmless.
         """
