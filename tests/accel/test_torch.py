@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -127,3 +129,16 @@ def test_state_cannot_restore_into_workers() -> None:
     loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=2)
     with pytest.raises(ValueError, match="num_workers=0"):
         list(loader)
+
+
+def _spin(x: int) -> int:
+    deadline = time.thread_time() + 0.0005
+    while time.thread_time() < deadline:
+        pass
+    return sum(t.name.startswith("chute") for t in threading.enumerate())
+
+
+def test_torch_workers_read_inline_when_the_work_holds_the_cpu() -> None:
+    ds = chute.MapDataset.range(1200).map(_spin).to_iter_dataset()
+    loader = torch.utils.data.DataLoader(to_torch_dataset(ds), batch_size=None, num_workers=2)
+    assert {int(threads) for threads in loader} == {0}  # torch's queue feeder is not chute's

@@ -144,6 +144,10 @@ def to_torch_dataset(ds: IterDataset[Any] | MapDataset[Any]) -> Any:
 def _iterate(ds: IterDataset[Any] | MapDataset[Any], torch: Any) -> Any:
     """An iterator over ``ds``, or over this torch worker's share of it."""
     info = torch.utils.data.get_worker_info()
+    if info is not None:
+        from chute._execution import tuning
+
+        tuning.in_worker_process()  # the torch workers share the cores: no threads unless I/O
     if info is None or info.num_workers == 1:
         return iter(ds)
     if isinstance(ds, MapDataset):
