@@ -138,6 +138,7 @@ def _spin(x: int) -> int:
     return sum(t.name.startswith("chute") for t in threading.enumerate())
 
 
+@pytest.mark.filterwarnings(_FORK_WARNING)
 def test_torch_workers_read_inline_when_the_work_holds_the_cpu() -> None:
     ds = chute.MapDataset.range(1200).map(_spin).to_iter_dataset()
     loader = torch.utils.data.DataLoader(to_torch_dataset(ds), batch_size=None, num_workers=2)
