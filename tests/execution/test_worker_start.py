@@ -157,3 +157,17 @@ def test_importing_chute_beside_jax_starts_the_fork_server(first: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(bool(first))
+
+
+def test_forked_workers_read_an_array_record_file_the_parent_has_read(
+    start_method: str, tmp_path: Any
+) -> None:
+    pytest.importorskip("array_record")
+    from chute.experimental import write_array_record
+
+    paths = write_array_record([bytes([i % 256]) * 100 for i in range(500)], tmp_path / "r")
+    source = grain.ArrayRecordDataSource(paths)
+    assert source[7][:1] == b"\x07"  # the parent's reader is open and has read
+    ds = grain.MapDataset.source(source).seed(1).shuffle().map(lambda r: r[0]).to_iter_dataset()
+    got = list(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
+    assert sorted(got) == sorted(i % 256 for i in range(500))
