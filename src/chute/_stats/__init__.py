@@ -1,0 +1,7 @@
+"""Seeing where a pipeline's time goes: per-stage statistics, the summary and its
+verdict, a picture of the pipeline, and ``chute profile``.
+
+``graph`` lists a dataset's stages in pipeline order; ``instrument`` times
+them (only when tracking is on); ``summary`` turns the figures into a table
+and a verdict; ``visualize`` draws the stage graph.
+"""

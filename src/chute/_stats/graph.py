@@ -1,0 +1,109 @@
+"""A pipeline's stages in pipeline order: the shape that the summary and the picture share.
+
+``stage_graph(ds)`` walks a dataset's parents depth first and lists every
+stage once, sources first and the dataset itself last; each ``StageNode``
+names its parents by their index in that list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+__all__ = ["StageNode", "spec_text", "stage_graph", "stage_label"]
+
+_SUFFIX = re.compile(r"(Map|Iter)?Dataset$")
+
+
+@dataclasses.dataclass(frozen=True)
+class StageNode:
+    """One stage of a pipeline.
+
+    Args:
+      index: its place in pipeline order (sources first).
+      name: the call that built it, e.g. ``map(decode)``, or its kind.
+      kind: the dataset class, e.g. ``MapMapDataset``.
+      parents: the indices of the stages it reads from.
+      spec: its element spec as text (``'?'`` where it cannot be told unread).
+    """
+
+    index: int
+    name: str
+    kind: str
+    parents: tuple[int, ...]
+    spec: str = "?"
+
+
+def stage_label(ds: Any) -> str:
+    """``map(decode)``, ``shuffle(seed=42)``; for a stage without one, its kind (``range``)."""
+    describe = getattr(ds, "_repr_step", None)
+    step = describe() if callable(describe) else ""
+    if step:
+        return str(step)
+    named = _NAMED.get(type(ds).__name__)
+    if named is not None:
+        return named(ds)
+    kind = _SUFFIX.sub("", type(ds).__name__) or type(ds).__name__
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
+
+
+def _batch(ds: Any) -> str:
+    return f"batch({getattr(ds, '_batch_size', '?')})"
+
+
+def _workers(ds: Any) -> str:
+    count = getattr(getattr(ds, "_options", None), "num_workers", "?")
+    return f"mp_prefetch({count} workers)"
+
+
+#: Labels for stages whose dataset keeps no ``_label`` of its own.
+_NAMED: dict[str, Any] = {
+    "BatchMapDataset": _batch,
+    "BatchIterDataset": _batch,
+    "PrefetchIterDataset": lambda ds: "to_iter_dataset",
+    "MultiprocessPrefetchIterDataset": _workers,
+}
+
+
+def spec_text(ds: Any) -> str:
+    """The stage's element spec as one line, or ``'?'``."""
+    from chute._stages.element_spec import get_element_spec
+
+    try:
+        spec = get_element_spec(ds)
+    except Exception:  # a spec that cannot be told without reading: not an error here
+        return "?"
+    return " ".join(repr(spec).split())
+
+
+def stage_graph(ds: Any, *, specs: bool = True) -> list[StageNode]:
+    """The stages of ``ds`` in pipeline order (sources first, ``ds`` last).
+
+    >>> from chute import MapDataset
+    >>> [n.name for n in stage_graph(MapDataset.range(4).map(str).batch(2), specs=False)]
+    ['range', 'map(str)', 'batch(2)']
+    """
+    nodes: list[StageNode] = []
+    index_of: dict[int, int] = {}
+    stack: list[tuple[Any, bool]] = [(ds, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in index_of:
+            continue
+        parents = [p for p in getattr(node, "parents", ()) if hasattr(p, "parents")]
+        if not expanded:
+            stack.append((node, True))
+            stack.extend((p, False) for p in reversed(parents))
+            continue
+        index_of[id(node)] = len(nodes)
+        nodes.append(
+            StageNode(
+                index=len(nodes),
+                name=stage_label(node),
+                kind=type(node).__name__,
+                parents=tuple(index_of[id(p)] for p in parents),
+                spec=spec_text(node) if specs else "?",
+            )
+        )
+    return nodes
