@@ -42,16 +42,19 @@ from chute._stages.thread_prefetch import ThreadPrefetchDatasetIterator, ThreadP
 from chute._stages.window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
 from chute._stages.with_options import WithOptionsIterDataset
 from chute._stages.zip import ZipIterDataset, ZipMapDataset
+from chute._stats.summary import BufferStats, ExecutionSummary, StageStats, execution_summary
 
 __all__ = [
     "BOSHandling",
     "BestFitPackIterDataset",
+    "BufferStats",
     "CacheIterDataset",
     "ConcatThenSplitIterDataset",
     "DatasetOptions",
     "DatasetSelectionMap",
     "ElasticIterator",
     "ErrorBudgetIterDataset",
+    "ExecutionSummary",
     "ExecutionTrackingMode",
     "FirstFitPackIterDataset",
     "FlatMapIterDataset",
@@ -68,6 +71,7 @@ __all__ = [
     "RngPool",
     "ShapeDtypeStruct",
     "ShapeDtypeStructProtocol",
+    "StageStats",
     "TFRecordIterDataset",
     "ThreadPrefetchDatasetIterator",
     "ThreadPrefetchIterDataset",
@@ -80,6 +84,7 @@ __all__ = [
     "assert_equal_output_after_checkpoint",
     "batch_and_pad",
     "device_put",
+    "execution_summary",
     "get_element_spec",
     "get_next_index",
     "index_shuffle",

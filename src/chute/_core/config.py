@@ -34,6 +34,9 @@ _OPTIONS: dict[str, _Option] = {
     "py_dataset_visualization_output_dir": _Option(
         None, str, "Where to write a picture of each pipeline when it starts.", optional=True
     ),
+    "stats_log_interval_s": _Option(
+        60.0, float, "chute only: seconds between the statistics summaries logged while tracking."
+    ),
     "py_relay_sigterm_to_main": _Option(
         False, bool, "Accepted for Grain's code; chute's workers exit with their parent."
     ),
@@ -63,7 +66,9 @@ def _checked(name: str, option: _Option, value: Any) -> Any:
         if value not in kind:
             raise ValueError(f"chute.config: {name} must be one of {kind} (got {value!r}).")
         return value
-    if (kind is int and isinstance(value, bool)) or not isinstance(value, kind):
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if (kind in (int, float) and isinstance(value, bool)) or not isinstance(value, kind):
         raise TypeError(
             f"chute.config: {name} takes a {kind.__name__} (got {value!r} that is a "
             f"{type(value).__name__})."
@@ -80,11 +85,11 @@ def _from_environment(name: str, option: _Option) -> Any:
         if text.strip().lower() not in _TRUE + _FALSE:
             raise ValueError(f"{variable}={text!r}: use 1 or 0.")
         return text.strip().lower() in _TRUE
-    if option.kind is int:
+    if option.kind in (int, float):
         try:
-            return int(text)
+            return option.kind(text)
         except ValueError:
-            raise ValueError(f"{variable}={text!r}: expected an integer.") from None
+            raise ValueError(f"{variable}={text!r}: expected a number.") from None
     return _checked(name, option, text)
 
 

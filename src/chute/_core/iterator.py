@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from chute._core import errors, fingerprint, pipeline_context
+from chute._stats import instrument
 
 T = TypeVar("T")
 
@@ -34,6 +35,11 @@ def _as_tuple(parents: Any) -> tuple[Any, ...]:
 
 
 _NESTING = threading.local()  # how deep in nested ``__iter__`` calls this thread is
+
+
+def forget_nesting() -> None:
+    """A forked worker process starts its own pipeline: its first ``iter()`` is outermost."""
+    _NESTING.depth = 0
 
 
 @contextlib.contextmanager
@@ -56,12 +62,22 @@ def _marks_outer_iterator(iter_fn: Callable[[Any], Any]) -> Callable[[Any], Any]
 
     @functools.wraps(iter_fn)
     def __iter__(self: Any) -> Any:
-        outer = getattr(_NESTING, "depth", 0) == 0
+        if getattr(_NESTING, "depth", 0):
+            return iter_fn(self)
+        collector = None
         with inner_iterators():
-            it = iter_fn(self)
-        if outer and isinstance(it, DatasetIterator) and multiprocessing.parent_process() is None:
+            if instrument.wanted(self):  # statistics: iterate a timed copy of the pipeline
+                timed, collector = instrument.instrument(self)
+                it = iter(timed)
+                collector.watch(it)
+            else:
+                it = iter_fn(self)
+        if isinstance(it, DatasetIterator):
             try:
-                it._pipeline = self
+                if multiprocessing.parent_process() is None:
+                    it._pipeline = self
+                if collector is not None:
+                    it._chute_stats = collector  # type: ignore[attr-defined]
             except AttributeError:  # an iterator with __slots__ goes unchecked
                 pass
         return it

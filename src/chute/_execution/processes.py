@@ -29,16 +29,19 @@ stops it, whatever was forked after it.
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
 import os
+import pickle
 import signal
 import sys
 import threading
+import types
 import weakref
 from multiprocessing import popen_forkserver, spawn
-from typing import Any
+from typing import Any, ClassVar
 
 import cloudpickle
 
@@ -176,7 +179,33 @@ if hasattr(os, "register_at_fork"):
 
 
 def dumps(obj: Any) -> bytes:
-    return cloudpickle.dumps(obj)
+    """``obj`` pickled by value where needed, with the file names of its functions kept.
+
+    cloudpickle 3.1.3 and later write every code object's file as
+    ``<dynamic-code>``; a worker's traceback would then show no source line
+    for the user's functions.  chute keeps the real name, so it does.
+    """
+    if _code_reduce is None:  # a cloudpickle without the hook: its own way
+        return cloudpickle.dumps(obj)
+    buffer = io.BytesIO()
+    _NamedCodePickler(buffer, protocol=pickle.DEFAULT_PROTOCOL).dump(obj)
+    return buffer.getvalue()
+
+
+_DYNAMIC_CODE = "<dynamic-code>"
+_code_reduce = getattr(getattr(cloudpickle, "cloudpickle", None), "_code_reduce", None)
+
+
+def _code_with_its_file(code: types.CodeType) -> Any:
+    rebuild, args = _code_reduce(code)  # type: ignore[misc]
+    return rebuild, tuple(code.co_filename if a == _DYNAMIC_CODE else a for a in args)
+
+
+class _NamedCodePickler(cloudpickle.Pickler):
+    dispatch_table: ClassVar[dict[Any, Any]] = {
+        **cloudpickle.Pickler.dispatch_table,
+        types.CodeType: _code_with_its_file,
+    }
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters

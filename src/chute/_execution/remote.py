@@ -75,6 +75,7 @@ class RemoteIterator(DatasetIterator[Any]):
     """
 
     _stage = "remote"
+    _stats: dict[str, Any] | None = None  # the figures the worker last sent, when it tracks
 
     def __init__(
         self,
@@ -168,6 +169,8 @@ class RemoteIterator(DatasetIterator[Any]):
         message = self._ring.decode(data[1:]) if data[:1] == b"R" else pickle.loads(data[1:])
         if message[0] == FAILED:
             raise self._failed(message[1])
+        if len(message) > 3:  # the worker's statistics ride along (chute._stats)
+            self._stats, message = message[3], message[:3]
         return message
 
     def _failed(self, report: worker_errors.Report) -> WorkerDiedError:
@@ -212,6 +215,13 @@ class RemoteIterator(DatasetIterator[Any]):
         if kind == ERROR:
             raise worker_errors.rebuild(value, self._index, self._count)
         return value
+
+    def _ready(self) -> bool:
+        """Whether the worker's next message is already waiting (for the statistics)."""
+        try:
+            return not self._closed and bool(self._results.poll())
+        except (OSError, ValueError):  # closed under us
+            return False
 
     def _relaunch(self, exc: WorkerDiedError) -> None:
         """Starts the dead worker again from the last element it delivered."""

@@ -18,7 +18,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from chute._core import tree
+from chute._core import iterator, tree
 from chute._execution import processes, tuning, worker_errors, worker_seeds
 from chute._execution.transport import RING_MIN_BYTES, RingWriter
 from chute._stages.batch import BatchIterDataset
@@ -58,6 +58,7 @@ def worker_main(
         worker_seeds.seed_globals(seed)
         if init_fn is not None:
             init_fn(index, count)
+        iterator.forget_nesting()  # forked inside the parent's iter(): this one is outermost
         it = iter(dataset)
         if state is not None:
             it.set_state(state)
@@ -80,6 +81,9 @@ def worker_main(
                 data = plain((ERROR, worker_errors.report(error), message[2]))
         results.send_bytes(data)
 
+    stats = getattr(it, "_chute_stats", None)
+    if stats is not None:  # statistics are on: they ride along with a message now and then
+        send = functools.partial(_with_stats, send, stats)
     try:
         send((READY, None, it.get_state()))
         _serve(it, credits, send)
@@ -121,6 +125,13 @@ def _stack_in_ring(writer: RingWriter, leaves: list[Any]) -> Any:
             return tree.stack(leaves)  # different shapes: the usual error
         return slot
     return tree.stack(leaves)
+
+
+def _with_stats(send: Any, stats: Any, message: tuple[Any, ...]) -> None:
+    """Sends ``message``, with this worker's statistics when they are due or at the end."""
+    if stats.due or message[0] == END:
+        message = (*message, stats.report())
+    send(message)
 
 
 def _serve(it: Any, credits: Any, send: Any) -> None:

@@ -33,6 +33,7 @@ from chute._stages.map import MapIterDataset, MapMapDataset
 from chute._stages.mp_prefetch import MultiprocessPrefetchIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
 from chute._stages.slice import SliceMapDataset
+from chute._stats.instrument import untimed_type
 
 
 def records_batched(ds: IterDataset[Any]) -> IterDataset[Any]:
@@ -68,13 +69,13 @@ def _unbatched_read(read: PrefetchIterDataset) -> IterDataset[Any]:
     """``m.batch(n).map(f)...to_iter_dataset()`` as ``m.to_iter_dataset().batch(n).map(f)...``."""
     maps: list[MapMapDataset] = []
     node: MapDataset[Any] = read._parent
-    while type(node) is MapMapDataset:
+    while isinstance(node, MapMapDataset) and untimed_type(node) is MapMapDataset:
         maps.append(node)
         node = node._parent
     picked = None
-    if type(node) is SliceMapDataset and type(node._parent) is BatchMapDataset:
+    if isinstance(node, SliceMapDataset) and untimed_type(node._parent) is BatchMapDataset:
         picked, node = node._positions, node._parent  # a worker's share of the batches
-    if type(node) is not BatchMapDataset:
+    if not isinstance(node, BatchMapDataset) or untimed_type(node) is not BatchMapDataset:
         return read
     records = node._parent if picked is None else _records_of(node, picked)
     rows = PrefetchIterDataset(

@@ -25,6 +25,7 @@ from chute._execution.slicing import share, share_stream
 from chute._execution.streams import Stream, positions_of, relayout
 from chute._stages.map import MapIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
+from chute._stats.instrument import untimed_type
 
 
 class MultiprocessPrefetchIterDataset(IterDataset[Any]):
@@ -113,7 +114,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
             return "sequential_slice gives every worker a fixed block of the source"
         node: Any = self._parent
         while not isinstance(node, PrefetchIterDataset):
-            if type(node) is not MapIterDataset:
+            if untimed_type(node) is not MapIterDataset:
                 return (
                     f"the workers run {type(node).__name__}, which is not a plain element-wise "
                     "map (a filter, batch or other stage holds positions of its own)"
@@ -167,6 +168,10 @@ class _MultiprocessIterator(RoundRobinIterator):
         self._ds, self._stream = ds, stream
         self._base_seed = ds._next_base_seed()
         super().__init__(ds._workers(stream, [None] * ds._options.num_workers, self._base_seed))
+
+    def _buffer_fill(self) -> tuple[int, int]:
+        """Workers with an element ready, and the workers (read by the statistics only)."""
+        return sum(w._ready() for w in self._parents), len(self._parents)  # type: ignore[attr-defined]
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()

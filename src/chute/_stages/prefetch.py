@@ -223,6 +223,18 @@ class _PrefetchIterator(DatasetIterator[Any]):
             in_flight += stop - self._read_index
             self._read_index = stop
 
+    def _buffer_fill(self) -> tuple[int, int]:
+        """Elements read and waiting (the current chunk and finished reads), and the capacity.
+
+        Read only by the statistics (``chute._stats``), once per element when tracking is on.
+        """
+        held = len(self._items) + sum(
+            stop - start
+            for start, stop, future in self._pending
+            if future is not None and future.done()
+        )
+        return held, self._buffer_size
+
     def _chunk_stop(self, start: int, size: int) -> int:
         """Where a chunk from ``start`` ends: no chunk spans two filter-check windows,
         so a window is checked right after its last element, whatever the chunk sizes."""

@@ -304,6 +304,11 @@ class _ThreadPrefetchIterator(DatasetIterator[Any]):
                 _threads.pop(thread, None)
         self._thread = self._buffer = self._stop = None
 
+    def _buffer_fill(self) -> tuple[int, int]:
+        """Elements waiting in the buffer, and its size (read by the statistics only)."""
+        buffer = self._buffer
+        return (len(buffer._items) if buffer is not None else 0), self._size
+
     def get_state(self) -> dict[str, Any]:
         parent = self._parent_state if self._size else self._parent.get_state()
         return self._state(parent=parent)

@@ -11,7 +11,7 @@ import dataclasses
 import re
 from typing import Any
 
-__all__ = ["StageNode", "spec_text", "stage_graph", "stage_label"]
+__all__ = ["StageNode", "post_order", "spec_text", "stage_graph", "stage_label"]
 
 _SUFFIX = re.compile(r"(Map|Iter)?Dataset$")
 
@@ -77,6 +77,28 @@ def spec_text(ds: Any) -> str:
     return " ".join(repr(spec).split())
 
 
+def post_order(ds: Any) -> list[Any]:
+    """The datasets of ``ds``'s graph once each, every one after its parents, ``ds`` last."""
+    out: list[Any] = []
+    seen: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(ds, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if id(node) in seen:
+            continue
+        if not expanded:
+            stack.append((node, True))
+            stack.extend((p, False) for p in reversed(_parents(node)))
+            continue
+        seen.add(id(node))
+        out.append(node)
+    return out
+
+
+def _parents(node: Any) -> list[Any]:
+    return [p for p in getattr(node, "parents", ()) if hasattr(p, "parents")]
+
+
 def stage_graph(ds: Any, *, specs: bool = True) -> list[StageNode]:
     """The stages of ``ds`` in pipeline order (sources first, ``ds`` last).
 
@@ -84,26 +106,15 @@ def stage_graph(ds: Any, *, specs: bool = True) -> list[StageNode]:
     >>> [n.name for n in stage_graph(MapDataset.range(4).map(str).batch(2), specs=False)]
     ['range', 'map(str)', 'batch(2)']
     """
-    nodes: list[StageNode] = []
-    index_of: dict[int, int] = {}
-    stack: list[tuple[Any, bool]] = [(ds, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if id(node) in index_of:
-            continue
-        parents = [p for p in getattr(node, "parents", ()) if hasattr(p, "parents")]
-        if not expanded:
-            stack.append((node, True))
-            stack.extend((p, False) for p in reversed(parents))
-            continue
-        index_of[id(node)] = len(nodes)
-        nodes.append(
-            StageNode(
-                index=len(nodes),
-                name=stage_label(node),
-                kind=type(node).__name__,
-                parents=tuple(index_of[id(p)] for p in parents),
-                spec=spec_text(node) if specs else "?",
-            )
+    order = post_order(ds)
+    index_of = {id(node): i for i, node in enumerate(order)}
+    return [
+        StageNode(
+            index=i,
+            name=stage_label(node),
+            kind=type(node).__name__,
+            parents=tuple(index_of[id(p)] for p in _parents(node)),
+            spec=spec_text(node) if specs else "?",
         )
-    return nodes
+        for i, node in enumerate(order)
+    ]

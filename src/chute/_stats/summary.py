@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from typing import Any
 
-__all__ = ["BufferStats", "ExecutionSummary", "StageStats"]
+__all__ = ["BufferStats", "ExecutionSummary", "StageStats", "build", "execution_summary", "table"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,5 +100,157 @@ class ExecutionSummary:
         return dataclasses.asdict(self)
 
     def to_json(self, **kwargs: Any) -> str:
-        """``json.dumps(self.to_dict(), **kwargs)``."""
+        """The summary as JSON text.
+
+        Args:
+          **kwargs: passed to ``json.dumps`` (``indent=2``, say).
+        """
         return json.dumps(self.to_dict(), **kwargs)
+
+    def __str__(self) -> str:
+        return table(self) + "\n\n" + self.verdict
+
+
+def execution_summary(iterator: Any) -> ExecutionSummary:
+    """Where ``iterator``'s time went so far, stage by stage, with a verdict.
+
+    The iterator must collect statistics: make it from a pipeline with
+    ``DatasetOptions(execution_tracking_mode=ExecutionTrackingMode.STAGE_TIMING)``
+    (through ``WithOptionsIterDataset``), or after
+    ``chute.config.update("py_debug_mode", True)``.  Stages in worker
+    processes count too: each worker sends its figures every 0.2 s.
+
+    Args:
+      iterator: the iterator ``iter(ds)`` returned.
+
+    Returns:
+      An ``ExecutionSummary``; ``print()`` it for the table and the verdict.
+
+    Raises:
+      ValueError: the iterator collects no statistics.
+
+    >>> from chute import MapDataset, experimental
+    >>> options = experimental.DatasetOptions(
+    ...     execution_tracking_mode=experimental.ExecutionTrackingMode.STAGE_TIMING)
+    >>> ds = MapDataset.range(100).map(lambda x: x + 1).to_iter_dataset()
+    >>> it = iter(experimental.WithOptionsIterDataset(ds, options))
+    >>> total = sum(it)
+    >>> summary = execution_summary(it)
+    >>> [(s.name, s.elements) for s in summary.stages][:3]
+    [('range', 100), ('map(<lambda>)', 100), ('to_iter_dataset', 100)]
+    >>> summary.elements, summary.workers
+    (100, 0)
+
+    A stage that hands its parent's iterator on unchanged (``with_options``
+    without an error budget) is never called: it shows no figures.
+    """
+    collector = getattr(iterator, "_chute_stats", None)
+    if collector is None:
+        raise ValueError(
+            f"execution_summary(): {type(iterator).__name__} collects no statistics. Make the "
+            "iterator from a pipeline with chute.experimental.WithOptionsIterDataset(ds, "
+            "DatasetOptions(execution_tracking_mode=ExecutionTrackingMode.STAGE_TIMING)), or "
+            'call chute.config.update("py_debug_mode", True) (or set CHUTE_PY_DEBUG_MODE=1) '
+            "before iter()."
+        )
+    return build(collector)
+
+
+def build(collector: Any) -> ExecutionSummary:
+    """The summary of a ``Collector``'s figures now."""
+    from chute._stats.collector import usable_cores
+    from chute._stats.verdict import verdict
+
+    rows = collector.rows()
+    work = sum(f["self_ns"] for _, _, f in rows if f is not None and not f["fill_samples"])
+    stages = tuple(_stage(node, where, figures, work) for node, where, figures in rows)
+    outer = collector.outer
+    wall = (time.perf_counter_ns() - outer.first_ns) / 1e9 if outer.calls else 0.0
+    summary = ExecutionSummary(
+        stages=stages,
+        wall_seconds=wall,
+        wait_seconds=outer.inclusive_ns / 1e9,
+        elements=outer.elements,
+        workers=collector.worker_count(),
+        cpu_count=usable_cores(),
+        verdict="",
+    )
+    return dataclasses.replace(summary, verdict=verdict(summary))
+
+
+def _stage(node: Any, where: str, figures: dict[str, int] | None, work: int) -> StageStats:
+    f = figures or {}
+    elements, own = f.get("elements", 0), f.get("self_ns", 0)
+    buffer = None
+    if f.get("fill_samples"):
+        samples = f["fill_samples"]
+        buffer = BufferStats(
+            capacity=f["capacity"],
+            mean_fill=f["fill_total"] / samples,
+            empty_fraction=f["empty"] / samples,
+        )
+    return StageStats(
+        index=node.index,
+        name=node.name,
+        kind=node.kind,
+        parents=tuple(node.parents),
+        spec=node.spec,
+        where=where,
+        elements=elements,
+        calls=f.get("calls", 0),
+        self_seconds=own / 1e9,
+        min_seconds=max(0, f.get("min_ns", 0)) / 1e9,
+        mean_seconds=own / elements / 1e9 if elements else 0.0,
+        max_seconds=f.get("max_ns", 0) / 1e9,
+        bytes_per_element=f["bytes_total"] / f["bytes_samples"] if f.get("bytes_samples") else None,
+        share=own / work if work and buffer is None else 0.0,
+        buffer=buffer,
+    )
+
+
+def _time(seconds: float) -> str:
+    if seconds <= 0:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.0f} ns"
+
+
+def _bytes(size: float | None) -> str:
+    if size is None:
+        return "-"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size:.0f} B"
+
+
+_COLUMNS = ("#", "stage", "where", "elements", "self time", "share", "mean", "min", "max",
+            "bytes/elem", "buffer")  # fmt: skip
+
+
+def table(summary: ExecutionSummary) -> str:
+    """The summary as a text table, one row per stage in pipeline order."""
+    rows = [_COLUMNS]
+    for s in summary.stages:
+        buffer = "-"
+        if s.buffer is not None:
+            buffer = (
+                f"{s.buffer.mean_fill:.1f}/{s.buffer.capacity}, empty {s.buffer.empty_fraction:.0%}"
+            )
+        rows.append((
+            str(s.index), s.name if len(s.name) <= 40 else s.name[:39] + "…", s.where,
+            f"{s.elements:,}" if s.calls else "-", _time(s.self_seconds),
+            f"{s.share:.0%}" if s.buffer is None else "waited", _time(s.mean_seconds),
+            _time(s.min_seconds), _time(s.max_seconds), _bytes(s.bytes_per_element), buffer,
+        ))  # fmt: skip
+    widths = [max(len(r[c]) for r in rows) for c in range(len(_COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    lines.append(
+        f"{summary.elements:,} elements in {summary.wall_seconds:.3g} s; your loop waited "
+        f"{summary.wait_ratio:.0%} of that ({summary.wait_seconds:.3g} s); "
+        f"{summary.workers} worker process(es), {summary.cpu_count} usable core(s)."
+    )
+    return "\n".join(lines)

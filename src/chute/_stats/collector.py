@@ -1,0 +1,154 @@
+"""``Collector``: the records of one tracked iterator, and the summary they make.
+
+The collector of the iterator that ``iter(ds)`` returned holds one record per
+stage of ``ds`` (None for the stages its worker pools run), finds the pools'
+worker iterators for the figures the workers last sent, and turns them all
+into an ``ExecutionSummary``.  Every ``log_interval`` seconds of iteration it
+logs the summary to the ``chute`` logger, as Grain's debug mode does.
+
+In a worker process the collector instead marks itself ``due`` every
+``WORKER_REPORT_S`` so the worker loop sends ``report()`` with its next
+message.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import time
+import weakref
+from typing import Any
+
+from chute._stats import records as _records
+from chute._stats.graph import StageNode, stage_graph
+from chute._stats.records import StageRecord
+
+__all__ = ["WORKER_REPORT_S", "Collector"]
+
+logger = logging.getLogger("chute")
+
+WORKER_REPORT_S = 0.2  # how often a worker sends its figures (with an element it sends anyway)
+_NEVER = 1 << 62
+
+
+class Collector:
+    """The records of one tracked pipeline (see the module docstring)."""
+
+    def __init__(
+        self, ds: Any, records: list[StageRecord | None], pools: dict[int, list[int]]
+    ) -> None:
+        self.ds, self.records, self.pools = ds, records, pools
+        self._pool_iterators: dict[int, Any] = {}
+        self.in_worker = multiprocessing.parent_process() is not None
+        self.due = False
+        self.outer = StageRecord()  # replaced by watch()
+
+    def watch(self, iterator: Any) -> None:
+        """``iterator`` is the one handed to the user: its calls are the user's loop waiting."""
+        record = type(iterator).__dict__.get("_chute_record")
+        if record is None:
+            return
+        self.outer = record
+        record.on_deadline = self._deadline
+        record.deadline_ns = time.perf_counter_ns() + self._interval_ns()
+
+    def _interval_ns(self) -> int:
+        if self.in_worker:
+            return int(WORKER_REPORT_S * 1e9)
+        from chute._core.config import config
+
+        return int(float(config.stats_log_interval_s) * 1e9)
+
+    def _deadline(self, now: int) -> None:
+        self.outer.deadline_ns = now + self._interval_ns()
+        if self.in_worker:
+            self.due = True
+            return
+        from chute._stats.summary import build
+
+        logger.info("chute: pipeline statistics so far:\n%s", build(self))
+
+    def pool_started(self, index: int, iterator: Any) -> None:
+        """Called when the worker pool at stage ``index`` made its iterator."""
+        self._pool_iterators[index] = weakref.ref(iterator)
+
+    # -- in a worker ----------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        """This worker's stages and figures, for the parent (plain data)."""
+        self.due = False
+        nodes = stage_graph(self.ds, specs=False)
+        return {
+            "stages": [(n.name, n.kind, n.parents) for n in nodes],
+            "figures": [None if r is None else r.snapshot() for r in self.records],
+        }
+
+    # -- in the parent ----------------------------------------------------------------------
+
+    def rows(self) -> list[tuple[StageNode, str, dict[str, int] | None]]:
+        """Every stage in pipeline order with where it ran and its figures.
+
+        A pool's stages are those its workers report (merged over workers), in
+        place of the parent's own nodes below the pool.
+        """
+        nodes = stage_graph(self.ds)
+        hidden = set().union(*self.pools.values()) if self.pools else set()
+        out: list[tuple[StageNode, str, dict[str, int] | None]] = []
+        new_index: dict[int, int] = {}
+        for node in nodes:
+            if node.index in hidden:
+                continue
+            parents = tuple(new_index[p] for p in node.parents if p in new_index)
+            if node.index in self.pools:
+                top = self._worker_rows(node.index, out)
+                if top is not None:
+                    parents = (top,)
+            new_index[node.index] = len(out)
+            record = self.records[node.index]
+            figures = None if record is None else record.snapshot()
+            out.append((_renumbered(node, len(out), parents), "main", figures))
+        return out
+
+    def _worker_rows(
+        self, pool: int, out: list[tuple[StageNode, str, dict[str, int] | None]]
+    ) -> int | None:
+        reports = self._reports(pool)
+        if not reports:
+            return None
+        shape = reports[0]["stages"]
+        offset = len(out)
+        for k, (name, kind, parents) in enumerate(shape):
+            figures = [r["figures"][k] for r in reports if len(r["figures"]) == len(shape)]
+            merged = _records.merged([f for f in figures if f is not None])
+            node = StageNode(offset + k, name, kind, tuple(offset + p for p in parents))
+            out.append((node, "workers", merged))
+        return len(out) - 1
+
+    def _reports(self, pool: int) -> list[dict[str, Any]]:
+        ref = self._pool_iterators.get(pool)
+        iterator = ref() if ref is not None else None
+        if iterator is None:
+            return []
+        workers = getattr(iterator, "_parents", ())
+        return [w._stats for w in workers if getattr(w, "_stats", None) is not None]
+
+    def worker_count(self) -> int:
+        """Worker processes of the pools in this pipeline, as they run now."""
+        count = 0
+        for ref in self._pool_iterators.values():
+            iterator = ref()
+            count += len(getattr(iterator, "_parents", ())) if iterator is not None else 0
+        return count
+
+
+def _renumbered(node: StageNode, index: int, parents: tuple[int, ...]) -> StageNode:
+    return StageNode(index, node.name, node.kind, parents, node.spec)
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

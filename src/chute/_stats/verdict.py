@@ -1,0 +1,82 @@
+"""The verdict: an ``ExecutionSummary``'s figures in plain language, with what to change.
+
+Three questions, in order: did the user's loop wait for data at all (if
+hardly, the pipeline is not the bottleneck); which stage does most of the
+work; and where it runs: in this process (worker processes would share it
+out), or in workers that are busy (they are the limit: more of them, if
+there are idle cores, or a cheaper stage) or idle (the cost is in handing
+elements over, or in stages after the pool).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["BUSY", "WAITED_LITTLE", "verdict"]
+
+WAITED_LITTLE = 0.1  # below this share of the time waiting, the loop is the bottleneck
+BUSY = 0.7  # workers working at least this share of the time are the limit
+
+
+def verdict(summary: Any) -> str:
+    """What the summary's figures say, and what to change."""
+    if summary.elements == 0 or summary.wall_seconds <= 0:
+        return "No elements read yet: read some, then ask again."
+    waited = summary.wait_ratio
+    head = f"Your loop waited for data {waited:.0%} of the time"
+    if waited < WAITED_LITTLE:
+        return (
+            f"{head}: the pipeline is faster than your loop and is not the bottleneck; "
+            "there is nothing to gain here."
+        )
+    work = [s for s in summary.stages if s.buffer is None and s.self_seconds > 0]
+    if not work:
+        return f"{head}; no stage did measurable work."
+    hot = max(work, key=lambda s: s.self_seconds)
+    what = f"{head}; {hot.share:.0%} of the work is `{hot.name}`"
+    cores = summary.cpu_count
+    if hot.where == "main":
+        if summary.workers:
+            return (
+                f"{what}, in this process after the worker pool: move it before "
+                "mp_prefetch so the workers share it out."
+            )
+        return (
+            f"{what}, in this process: run it in worker processes "
+            f"(.mp_prefetch(MultiprocessingOptions(num_workers=...)); this machine has "
+            f"{cores} usable core(s))."
+        )
+    busy = _worker_busy(summary)
+    workers = summary.workers or 1
+    if busy >= BUSY:
+        idle = _idle_cores(cores)
+        advice = (
+            f"more workers would help (this machine has {idle} idle core(s))"
+            if idle > 0
+            else f"this machine has no idle cores, so make `{hot.name}` cheaper or use more cores"
+        )
+        return (
+            f"{what}, in the {workers} worker(s), which are busy {busy:.0%} of the time: "
+            f"the workers are the limit; {advice}."
+        )
+    return (
+        f"{what}, in the {workers} worker(s), but they are busy only {busy:.0%} of the time: "
+        "the time goes into handing elements to this process or into the stages after "
+        "the pool; send smaller elements (e.g. uint8 rather than float32) or raise "
+        "per_worker_buffer_size."
+    )
+
+
+def _worker_busy(summary: Any) -> float:
+    own = sum(s.self_seconds for s in summary.stages if s.where == "workers" and s.buffer is None)
+    capacity = summary.wall_seconds * max(1, summary.workers)
+    return min(1.0, own / capacity) if capacity > 0 else 0.0
+
+
+def _idle_cores(cores: int) -> int:
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on this system
+        return 0
+    return max(0, int(cores - load))

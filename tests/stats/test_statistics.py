@@ -1,0 +1,212 @@
+"""Per-stage statistics: switched on by options, config or environment; workers; verdict."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import chute
+from chute import MapDataset, MultiprocessingOptions
+from chute.experimental import (
+    DatasetOptions,
+    ExecutionTrackingMode,
+    WithOptionsIterDataset,
+    assert_equal_output_after_checkpoint,
+    execution_summary,
+    skip_errors,
+)
+
+TRACKED = DatasetOptions(execution_tracking_mode=ExecutionTrackingMode.STAGE_TIMING)
+
+
+def tracked(ds: Any) -> Any:
+    return WithOptionsIterDataset(ds, TRACKED)
+
+
+def sleepy(seconds: float) -> Any:
+    def slow(x: int) -> int:
+        time.sleep(seconds)
+        return x
+
+    return slow
+
+
+@pytest.fixture
+def debug_mode() -> Iterator[None]:
+    chute.config.update("py_debug_mode", True)
+    try:
+        yield
+    finally:
+        chute.config.update("py_debug_mode", False)
+
+
+def by_name(summary: Any) -> dict[str, Any]:
+    return {s.name: s for s in summary.stages}
+
+
+def test_counts_every_stage_in_pipeline_order() -> None:
+    ds = MapDataset.range(60).seed(1).shuffle().map(lambda x: x + 1).batch(4).to_iter_dataset()
+    it = iter(tracked(ds))
+    batches = list(it)
+    summary = execution_summary(it)
+    names = [s.name for s in summary.stages]
+    assert names[0] == "range" and names[-2:] == ["to_iter_dataset", "with_options"]
+    assert names.index("map(<lambda>)") < names.index("batch(4)")
+    stages = by_name(summary)
+    assert stages["range"].elements == 60
+    assert stages["map(<lambda>)"].elements == 60
+    assert stages["batch(4)"].elements == 15 == len(batches)
+    assert summary.elements == 15
+    assert all(s.where == "main" for s in summary.stages)
+    assert stages["map(<lambda>)"].bytes_per_element is not None
+
+
+def test_a_stage_time_excludes_its_parents() -> None:
+    ds = MapDataset.range(20).map(sleepy(0.005)).to_iter_dataset().map(lambda x: x)
+    it = iter(tracked(ds))
+    list(it)
+    stages = by_name(execution_summary(it))
+    slow = stages["map(slow)"]
+    assert slow.self_seconds >= 20 * 0.005 * 0.9
+    assert slow.min_seconds >= 0.005 * 0.9
+    assert stages["map(<lambda>)"].self_seconds < slow.self_seconds / 2
+    assert slow.share > 0.5
+
+
+def test_a_filter_counts_the_elements_it_keeps() -> None:
+    ds = MapDataset.range(30).filter(lambda x: x % 3 == 0).to_iter_dataset()
+    it = iter(tracked(ds))
+    assert len(list(it)) == 10
+    assert by_name(execution_summary(it))["filter(<lambda>)"].elements == 10
+
+
+def test_debug_mode_tracks_every_pipeline(debug_mode: None) -> None:
+    it = iter(MapDataset.range(5).to_iter_dataset())
+    assert list(it) == [0, 1, 2, 3, 4]
+    assert execution_summary(it).elements == 5
+
+
+def test_the_environment_switches_tracking_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CHUTE_PY_DEBUG_MODE", "1")
+    fresh = chute._core.config.Config()
+    monkeypatch.setattr(chute._core.config, "config", fresh)
+    it = iter(MapDataset.range(3).to_iter_dataset())
+    list(it)
+    assert execution_summary(it).elements == 3
+
+
+def test_without_tracking_nothing_is_timed_and_the_summary_says_how() -> None:
+    it = iter(MapDataset.range(5).map(str).to_iter_dataset())
+    assert "_chute_record" not in type(it).__dict__
+    with pytest.raises(ValueError, match="STAGE_TIMING"):
+        execution_summary(it)
+
+
+def test_tracking_changes_neither_elements_nor_checkpoints() -> None:
+    def pipeline() -> Any:
+        return MapDataset.range(40).seed(5).shuffle().map(lambda x: x * 3).to_iter_dataset()
+
+    plain, timed = iter(pipeline()), iter(tracked(pipeline()))
+    assert list(plain) == list(timed)
+    assert_equal_output_after_checkpoint(tracked(pipeline()))
+    it = iter(tracked(pipeline()))
+    for _ in range(7):
+        next(it)
+    resumed = iter(pipeline())
+    resumed.set_state(it.get_state()["parent"] if "parent" in it.get_state() else it.get_state())
+    assert list(resumed) == list(it)
+
+
+def test_error_budgets_still_skip_records_when_tracked() -> None:
+    def bad(x: int) -> int:
+        if x == 5:
+            raise ValueError("bad record")
+        return x
+
+    ds = skip_errors(MapDataset.range(20).map(bad).batch(4).to_iter_dataset(), max_errors=1)
+    it = iter(tracked(ds))
+    rows = sum(len(b) for b in it)
+    assert rows == 19
+
+
+def test_summary_is_json_and_a_table_with_a_verdict() -> None:
+    it = iter(tracked(MapDataset.range(10).map(str).to_iter_dataset()))
+    list(it)
+    summary = execution_summary(it)
+    data = json.loads(summary.to_json())
+    assert [s["name"] for s in data["stages"]] == [s.name for s in summary.stages]
+    text = str(summary)
+    assert "map(str)" in text and "self time" in text
+    assert text.endswith(summary.verdict)
+
+
+@pytest.mark.usefixtures("start_method")
+def test_workers_report_their_stages_to_the_parent() -> None:
+    ds = MapDataset.range(40).map(sleepy(0.001)).to_iter_dataset().batch(4)
+    it = iter(tracked(ds.mp_prefetch(MultiprocessingOptions(num_workers=2))))
+    assert sum(len(b) for b in it) == 40
+    summary = execution_summary(it)
+    stages = by_name(summary)
+    assert stages["map(slow)"].where == "workers"
+    assert stages["map(slow)"].elements == 40
+    assert stages["batch(4)"].elements == 10
+    assert stages["mp_prefetch(2 workers)"].where == "main"
+    assert stages["mp_prefetch(2 workers)"].buffer is not None
+    assert summary.workers == 2
+
+
+@pytest.mark.usefixtures("start_method")
+def test_a_tracked_worker_pipeline_restores() -> None:
+    def pipeline() -> Any:
+        ds = MapDataset.range(30).map(lambda x: x * 2).to_iter_dataset()
+        return tracked(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
+
+    it = iter(pipeline())
+    head = [next(it) for _ in range(11)]
+    restored = iter(pipeline())
+    restored.set_state(it.get_state())
+    tail = list(restored)
+    assert sorted(head + tail) == [x * 2 for x in range(30)]
+    assert execution_summary(restored).elements == len(tail)
+
+
+# -- the verdict on three constructed pipelines --------------------------------------------
+
+
+def test_verdict_slow_map_in_this_process_says_use_workers() -> None:
+    it = iter(tracked(MapDataset.range(40).map(sleepy(0.004)).to_iter_dataset()))
+    list(it)
+    verdict = execution_summary(it).verdict
+    assert "`map(slow)`" in verdict and "worker processes" in verdict
+
+
+@pytest.mark.usefixtures("start_method")
+def test_verdict_slow_map_in_saturated_workers_says_workers_are_the_limit() -> None:
+    ds = MapDataset.range(60).map(sleepy(0.01)).to_iter_dataset()
+    it = iter(tracked(ds.mp_prefetch(MultiprocessingOptions(num_workers=2))))
+    list(it)
+    verdict = execution_summary(it).verdict
+    assert "the workers are the limit" in verdict and "`map(slow)`" in verdict
+
+
+def test_verdict_slow_consumer_says_the_pipeline_is_not_the_bottleneck() -> None:
+    it = iter(tracked(MapDataset.range(40).map(str).to_iter_dataset()))
+    for _ in it:
+        time.sleep(0.005)
+    assert "not the bottleneck" in execution_summary(it).verdict
+
+
+def test_the_summary_is_logged_while_tracking(caplog: pytest.LogCaptureFixture) -> None:
+    chute.config.update("stats_log_interval_s", 0.01)
+    try:
+        it = iter(tracked(MapDataset.range(6).map(sleepy(0.005)).to_iter_dataset()))
+        with caplog.at_level(logging.INFO, logger="chute"):
+            list(it)
+    finally:
+        chute.config.update("stats_log_interval_s", 60.0)
+    assert any("pipeline statistics" in r.getMessage() for r in caplog.records)
