@@ -78,7 +78,9 @@ def test_experimental_names() -> None:
         "get_element_spec",
         # chute's own additions
         "ErrorBudgetIterDataset",
+        "PipelinePicture",
         "skip_errors",
+        "visualize",
     }
     assert sorted(chute.experimental.__all__) == chute.experimental.__all__
     assert set(chute.experimental.__all__) >= expected

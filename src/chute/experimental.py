@@ -2,9 +2,11 @@
 
 chute's own additions (not in Grain): ``ErrorBudgetIterDataset`` and
 ``skip_errors``, which skip failing elements up to a budget (the same budget
-as ``DatasetOptions(max_errors=..., max_error_ratio=...)``), and
+as ``DatasetOptions(max_errors=..., max_error_ratio=...)``),
 ``TFRecordIterDataset``, a checksum-verifying TFRecord reader in pure Python,
-and ``write_array_record``, which writes records into ArrayRecord shards.
+``write_array_record``, which writes records into ArrayRecord shards, and
+``visualize``, a picture of a pipeline (text, Graphviz DOT, SVG or HTML) that
+shows where its time went when it kept statistics.
 """
 
 from chute._accel.device_put import device_put
@@ -43,6 +45,7 @@ from chute._stages.window_shuffle import WindowShuffleIterDataset, WindowShuffle
 from chute._stages.with_options import WithOptionsIterDataset
 from chute._stages.zip import ZipIterDataset, ZipMapDataset
 from chute._stats.summary import BufferStats, ExecutionSummary, StageStats, execution_summary
+from chute._stats.visualize import PipelinePicture, visualize
 
 __all__ = [
     "BOSHandling",
@@ -66,6 +69,7 @@ __all__ = [
     "PackAndBatchOperation",
     "ParquetIterDataset",
     "PerformanceConfig",
+    "PipelinePicture",
     "RebatchIterDataset",
     "RepeatIterDataset",
     "RngPool",
@@ -95,5 +99,6 @@ __all__ = [
     "skip_errors",
     "to_torch",
     "to_torch_dataset",
+    "visualize",
     "write_array_record",
 ]

@@ -3,5 +3,7 @@ verdict, a picture of the pipeline, and ``chute profile``.
 
 ``graph`` lists a dataset's stages in pipeline order; ``instrument`` times
 them (only when tracking is on); ``summary`` turns the figures into a table
-and a verdict; ``visualize`` draws the stage graph.
+and a verdict; ``visualize`` draws the stage graph, as text (``tree_text``),
+Graphviz DOT (``dot``) or SVG and HTML (``svg``, placed by ``layout``), each
+stage worded and coloured by ``figures``.
 """
