@@ -210,3 +210,30 @@ def test_the_summary_is_logged_while_tracking(caplog: pytest.LogCaptureFixture) 
     finally:
         chute.config.update("stats_log_interval_s", 60.0)
     assert any("pipeline statistics" in r.getMessage() for r in caplog.records)
+
+
+def test_the_picture_is_written_when_a_directory_is_configured(tmp_path: Any) -> None:
+    chute.config.update("py_dataset_visualization_output_dir", str(tmp_path))
+    try:
+        it = iter(MapDataset.range(4).map(str).to_iter_dataset())
+    finally:
+        chute.config.update("py_dataset_visualization_output_dir", None)
+    assert list(it) == ["0", "1", "2", "3"]
+    pictures = sorted(p.suffix for p in tmp_path.iterdir())
+    assert pictures == [".dot", ".html"]
+    assert "map(str)" in next(tmp_path.glob("*.html")).read_text()
+
+
+def test_a_picture_that_cannot_be_written_is_logged_not_raised(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    chute.config.update("py_dataset_visualization_output_dir", str(blocker / "sub"))
+    try:
+        with caplog.at_level(logging.WARNING, logger="chute"):
+            it = iter(MapDataset.range(2).to_iter_dataset())
+    finally:
+        chute.config.update("py_dataset_visualization_output_dir", None)
+    assert list(it) == [0, 1]
+    assert any("no pipeline picture" in r.getMessage() for r in caplog.records)

@@ -76,6 +76,7 @@ def _marks_outer_iterator(iter_fn: Callable[[Any], Any]) -> Callable[[Any], Any]
             try:
                 if multiprocessing.parent_process() is None:
                     it._pipeline = self
+                    instrument.picture_when_asked(self)
                 if collector is not None:
                     it._chute_stats = collector  # type: ignore[attr-defined]
             except AttributeError:  # an iterator with __slots__ goes unchecked

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import logging
 import operator
 import threading
 import time
@@ -31,7 +32,7 @@ from chute._stats.collector import Collector
 from chute._stats.graph import post_order
 from chute._stats.records import StageRecord
 
-__all__ = ["TRACK_MARK", "instrument", "untimed_type", "wanted"]
+__all__ = ["TRACK_MARK", "instrument", "picture_when_asked", "untimed_type", "wanted"]
 
 TRACK_MARK = "_chute_track_stages"  # set on the top dataset a worker runs: it times itself
 
@@ -67,6 +68,24 @@ def wanted(ds: Any) -> bool:
             return True
         stack.extend(getattr(node, "_parents", ()))
     return False
+
+
+def picture_when_asked(ds: Any) -> None:
+    """Writes ``ds``'s picture if ``py_dataset_visualization_output_dir`` is set (as Grain does).
+
+    A picture that cannot be written is logged, never raised: it must not stop training.
+    """
+    from chute._core.config import config
+
+    directory = config.py_dataset_visualization_output_dir
+    if directory is None:
+        return
+    from chute._stats.visualize import write_picture
+
+    try:
+        write_picture(ds, directory)
+    except OSError as exc:
+        logging.getLogger("chute").warning("chute: no pipeline picture written: %s", exc)
 
 
 def _frame() -> list[Any]:
