@@ -96,48 +96,63 @@ def _frame() -> list[Any]:
         return frame
 
 
-def _one(result: Any) -> tuple[int, Any]:
-    return (0, None) if result is _NONE else (1, result)
+def _one(result: Any) -> int:
+    return 1
 
 
-def _many(result: Any) -> tuple[int, Any]:
-    if result is _NONE or not len(result):
-        return 0, None
-    return len(result), result[0]
+def _many(result: Any) -> int:
+    return len(result)
 
 
-def _kept(result: Any) -> tuple[int, Any]:
+def _kept(result: Any) -> int:
     """A filter's chunk: None stands for each element it dropped."""
-    if result is _NONE or not len(result):
-        return 0, None
-    dropped = sum(map(operator.is_, result, itertools.repeat(None)))
-    return len(result) - dropped, next((x for x in result if x is not None), None)
+    return len(result) - sum(map(operator.is_, result, itertools.repeat(None)))
 
 
-def _timed(method: Any, record: StageRecord, counted: Callable[[Any], tuple[int, Any]]) -> Any:
+def _timed(
+    method: Any,
+    record: StageRecord,
+    counted: Callable[[Any], int],
+    fill: Callable[[Any], tuple[int, int]] | None = None,
+) -> Any:
+    """``method`` (one argument or none) timed into ``record``.
+
+    ``counted(result)`` tells how many elements a call gave; ``fill`` looks at
+    the stage's buffer every 8th call.  Kept lean: it runs on every call of
+    every stage while tracking is on.
+    """
     clock = time.perf_counter_ns
+    local = _LOCAL
+    add = record.add
 
-    def call(self: Any, *args: Any) -> Any:
-        frame = _frame()
-        if frame[0] is record:  # the stage calling itself (``_next_many`` -> ``next``)
-            return method(self, *args)
-        outer, outer_callees = frame
-        frame[0], frame[1] = record, 0
-        result = _NONE
+    def call(self: Any, arg: Any = _NONE) -> Any:
+        try:
+            frame = local.frame
+        except AttributeError:
+            frame = _frame()
+        outer = frame[0]
+        if outer is record:  # the stage calling itself (``_next_many`` -> ``next``)
+            return method(self) if arg is _NONE else method(self, arg)
+        outer_callees = frame[1]
+        frame[0] = record
+        frame[1] = 0
         start = clock()
         try:
-            result = method(self, *args)
-            return result
-        finally:
+            result = method(self) if arg is _NONE else method(self, arg)
+        except BaseException:
             end = clock()
-            elapsed = end - start
-            callees = frame[1]
-            frame[0], frame[1] = outer, outer_callees + elapsed
-            count, sample = counted(result)
-            record.add(elapsed - callees, elapsed, count, sample, end)
-            fill = getattr(self, "_buffer_fill", None)
-            if fill is not None:
-                record.fill(*fill())
+            add(end - start - frame[1], end - start, 0, None, end)
+            frame[0] = outer
+            frame[1] = outer_callees + end - start
+            raise
+        end = clock()
+        elapsed = end - start
+        add(elapsed - frame[1], elapsed, counted(result), result, end)
+        frame[0] = outer
+        frame[1] = outer_callees + elapsed
+        if fill is not None and not record.calls & 7:
+            record.fill(*fill(self))
+        return result
 
     call.__name__ = getattr(method, "__name__", "call")
     call.__wrapped__ = method  # type: ignore[attr-defined]
@@ -172,9 +187,10 @@ def time_iterator(it: Any, record: StageRecord) -> Any:
     cls = type(it)
     if not isinstance(it, DatasetIterator) or "_chute_record" in cls.__dict__:
         return it
-    extra = {"__next__": _timed(cls.__next__, record, _one)}
+    fill = getattr(cls, "_buffer_fill", None)
+    extra = {"__next__": _timed(cls.__next__, record, _one, fill)}
     if hasattr(cls, "_next_many"):
-        extra["_next_many"] = _timed(cls._next_many, record, _many)
+        extra["_next_many"] = _timed(cls._next_many, record, _many, fill)
     try:
         it.__class__ = _timed_class(cls, record, extra)
     except TypeError:  # a layout the subclass cannot take: it goes untimed

@@ -15,6 +15,8 @@ from chute._execution.performance import element_bytes
 
 __all__ = ["StageRecord", "element_bytes", "merged"]
 
+_NO_MIN = 1 << 62  # min_ns before the first element
+
 _FIELDS = (
     "calls",
     "elements",
@@ -40,31 +42,41 @@ class StageRecord:
         self.calls = self.elements = self.self_ns = self.inclusive_ns = self.max_ns = 0
         self.bytes_total = self.bytes_samples = 0
         self.fill_total = self.fill_samples = self.empty = self.capacity = 0
-        self.min_ns = -1  # none yet
+        self.min_ns = _NO_MIN
         self.first_ns = self.last_ns = 0
         self.deadline_ns = 1 << 62  # when to call on_deadline (the outermost stage's only)
         self.on_deadline: Callable[[int], None] | None = None
 
-    def add(self, own_ns: int, inclusive_ns: int, count: int, sample: Any, end_ns: int) -> None:
-        """One call: ``own_ns`` in the stage itself, ``count`` elements out, ``sample`` one."""
+    def add(self, own_ns: int, inclusive_ns: int, count: int, result: Any, end_ns: int) -> None:
+        """One call: ``own_ns`` in the stage itself, ``count`` elements out in ``result``.
+
+        ``result`` is the element, or the list of them for a chunk; sizes are
+        measured on it at calls 1, 2, 4, 8, ...
+        """
         calls = self.calls = self.calls + 1
         if calls == 1:
             self.first_ns = end_ns - inclusive_ns
-        self.last_ns = end_ns
         self.self_ns += own_ns
         self.inclusive_ns += inclusive_ns
+        self.last_ns = end_ns
         if count:
             self.elements += count
-            each = own_ns // count
-            if each > self.max_ns:
-                self.max_ns = each
-            if each < self.min_ns or self.min_ns < 0:
-                self.min_ns = each
-            if calls & (calls - 1) == 0:  # sizes are sampled at calls 1, 2, 4, 8, ...
-                self.bytes_total += element_bytes(sample)
-                self.bytes_samples += 1
+            if own_ns > self.max_ns * count:
+                self.max_ns = own_ns // count
+            if own_ns < self.min_ns * count:
+                self.min_ns = own_ns // count
+            if not calls & (calls - 1):
+                self._sample(result)
         if end_ns >= self.deadline_ns and self.on_deadline is not None:
             self.on_deadline(end_ns)
+
+    def _sample(self, result: Any) -> None:
+        if isinstance(result, list):  # a chunk: its first element that is there
+            result = next((x for x in result if x is not None), None)
+            if result is None:
+                return
+        self.bytes_total += element_bytes(result)
+        self.bytes_samples += 1
 
     def fill(self, held: int, capacity: int) -> None:
         """A look at the stage's read-ahead buffer as its consumer asks for an element."""
@@ -76,6 +88,7 @@ class StageRecord:
     def snapshot(self) -> dict[str, int]:
         """The figures as a plain dict (``merged`` adds such dicts)."""
         out = {name: getattr(self, name) for name in _FIELDS}
+        out["min_ns"] = -1 if self.min_ns == _NO_MIN else self.min_ns
         out["wall_ns"] = self.last_ns - self.first_ns if self.calls else 0
         return out
 
