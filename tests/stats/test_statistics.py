@@ -237,3 +237,37 @@ def test_a_picture_that_cannot_be_written_is_logged_not_raised(
         chute.config.update("py_dataset_visualization_output_dir", None)
     assert list(it) == [0, 1]
     assert any("no pipeline picture" in r.getMessage() for r in caplog.records)
+
+
+def loader(workers: int) -> Any:
+    sampler = chute.IndexSampler(
+        num_records=60, shard_options=chute.NoSharding(), shuffle=True, num_epochs=1, seed=3
+    )
+    return chute.DataLoader(
+        data_source=chute.RangeDataSource(0, 60, 1),
+        sampler=sampler,
+        operations=[chute.transforms.Map(lambda x: x * 2), chute.Batch(6)],
+        worker_count=workers,
+    )
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_data_loader_reports_its_stages(debug_mode: None, workers: int) -> None:
+    it = iter(loader(workers))
+    assert sum(len(b) for b in it) == 60
+    summary = execution_summary(it)
+    stages = by_name(summary)
+    assert stages["batch(6)"].elements == 10
+    assert stages["batch(6)"].where == ("workers" if workers else "main")
+    assert summary.stages[-1].kind == "DataLoader" and summary.elements == 10
+    assert summary.workers == workers
+
+
+def test_a_tracked_data_loader_restores_into_another_worker_count(debug_mode: None) -> None:
+    first = iter(loader(2))
+    head = [next(first) for _ in range(3)]
+    resumed = iter(loader(1))
+    resumed.set_state(first.get_state())
+    tail = list(resumed)
+    assert sorted(int(x) for b in head + tail for x in b) == [x * 2 for x in range(60)]
+    assert execution_summary(resumed).elements == len(tail)

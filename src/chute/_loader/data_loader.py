@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._core.config import config
 from chute._core.errors import CheckpointError, closed_error
 from chute._core.iterator import inner_iterators
 from chute._core.options import ReadOptions
@@ -38,6 +39,9 @@ from chute._loader.pipeline import worker_dataset
 from chute._loader.samplers import IndexSampler
 from chute._loader.sharding import NoSharding, ShardOptions
 from chute._stages.source import SourceMapDataset
+from chute._stats import instrument
+from chute._stats.collector import LoaderCollector
+from chute._stats.records import StageRecord
 
 STATE_VERSION = 1
 
@@ -247,6 +251,16 @@ class DataLoader:
         )
 
 
+def _iterate(ds: Any, tracked: bool) -> Any:
+    """``iter(ds)``; when ``tracked``, of a timed copy, with the collector of its figures."""
+    if not tracked:
+        return iter(ds)
+    timed, collector = instrument.instrument(ds)
+    it = iter(timed)
+    it._chute_stats = collector
+    return it
+
+
 class DataLoaderIterator:
     """Iterates a DataLoader; ``get_state()``/``set_state()`` checkpoint it as JSON bytes.
 
@@ -259,7 +273,13 @@ class DataLoaderIterator:
         self._closed = False
         loader._epochs += 1
         self._base_seed = worker_seeds.base_seed(loader._seed, loader._epochs)
+        self._tracked = bool(config.py_debug_mode)
         self._start(Stream((), 0, loader._length()), max(1, loader._worker_count))
+        if self._tracked:  # statistics: the workers time their pipelines, and this times next()
+            name = f"DataLoader({loader._worker_count} workers)"
+            self._chute_stats = LoaderCollector(lambda: self._workers._parents, name)
+            instrument.time_iterator(self, StageRecord(), any_class=True)
+            self._chute_stats.watch(self)
 
     def _start(self, stream: Stream, workers: int, saved: dict[str, Any] | None = None) -> None:
         """Starts ``workers`` workers over ``stream`` (inline, or in processes), maybe restored."""
@@ -280,6 +300,8 @@ class DataLoaderIterator:
             for w in range(workers)
         ]
         states = saved["workers"] if saved is not None else [None] * workers
+        if self._tracked and loader._worker_count:
+            datasets = [instrument.marked(ds) for ds in datasets]
         if loader._worker_count:
             iterators: list[Any] = [
                 RemoteIterator(
@@ -294,7 +316,7 @@ class DataLoaderIterator:
             ]
         else:
             with inner_iterators():  # the loader's state describes them; theirs need no fingerprint
-                iterators = [iter(ds) for ds in datasets]
+                iterators = [_iterate(ds, self._tracked) for ds in datasets]
             for it, s in zip(iterators, states):
                 if s is not None:
                     it.set_state(s)
@@ -310,6 +332,11 @@ class DataLoaderIterator:
         if self._closed:
             raise closed_error("DataLoaderIterator")
         return next(self._workers)
+
+    def _buffer_fill(self) -> tuple[int, int]:
+        """Workers with an element ready, and the workers (read by the statistics only)."""
+        workers = self._workers._parents
+        return sum(getattr(w, "_ready", bool)() for w in workers), len(workers)
 
     def start_prefetch(self) -> None:
         """Starts reading ahead now; worker processes are already started with the iterator."""

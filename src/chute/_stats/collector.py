@@ -18,13 +18,16 @@ import multiprocessing
 import os
 import time
 import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chute._stats import records as _records
 from chute._stats.graph import StageNode, stage_graph
 from chute._stats.records import StageRecord
 
-__all__ = ["WORKER_REPORT_S", "Collector"]
+__all__ = ["WORKER_REPORT_S", "Collector", "LoaderCollector", "merged_rows"]
+
+Row = tuple[StageNode, str, "dict[str, int] | None"]
 
 logger = logging.getLogger("chute")
 
@@ -86,7 +89,7 @@ class Collector:
 
     # -- in the parent ----------------------------------------------------------------------
 
-    def rows(self) -> list[tuple[StageNode, str, dict[str, int] | None]]:
+    def rows(self) -> list[Row]:
         """Every stage in pipeline order with where it ran and its figures.
 
         A pool's stages are those its workers report (merged over workers), in
@@ -94,7 +97,7 @@ class Collector:
         """
         nodes = stage_graph(self.ds)
         hidden = set().union(*self.pools.values()) if self.pools else set()
-        out: list[tuple[StageNode, str, dict[str, int] | None]] = []
+        out: list[Row] = []
         new_index: dict[int, int] = {}
         for node in nodes:
             if node.index in hidden:
@@ -110,20 +113,8 @@ class Collector:
             out.append((_renumbered(node, len(out), parents), "main", figures))
         return out
 
-    def _worker_rows(
-        self, pool: int, out: list[tuple[StageNode, str, dict[str, int] | None]]
-    ) -> int | None:
-        reports = self._reports(pool)
-        if not reports:
-            return None
-        shape = reports[0]["stages"]
-        offset = len(out)
-        for k, (name, kind, parents) in enumerate(shape):
-            figures = [r["figures"][k] for r in reports if len(r["figures"]) == len(shape)]
-            merged = _records.merged([f for f in figures if f is not None])
-            node = StageNode(offset + k, name, kind, tuple(offset + p for p in parents))
-            out.append((node, "workers", merged))
-        return len(out) - 1
+    def _worker_rows(self, pool: int, out: list[Row]) -> int | None:
+        return merged_rows(self._reports(pool), "workers", out)
 
     def _reports(self, pool: int) -> list[dict[str, Any]]:
         ref = self._pool_iterators.get(pool)
@@ -140,6 +131,55 @@ class Collector:
             iterator = ref()
             count += len(getattr(iterator, "_parents", ())) if iterator is not None else 0
         return count
+
+
+def merged_rows(reports: list[dict[str, Any]], where: str, out: list[Row]) -> int | None:
+    """Appends the stages of ``reports`` (one per process, same shape) merged; the top's index."""
+    if not reports:
+        return None
+    shape = reports[0]["stages"]
+    offset = len(out)
+    for k, (name, kind, parents) in enumerate(shape):
+        figures = [r["figures"][k] for r in reports if len(r["figures"]) == len(shape)]
+        merged = _records.merged([f for f in figures if f is not None])
+        node = StageNode(offset + k, name, kind, tuple(offset + p for p in parents))
+        out.append((node, where, merged))
+    return len(out) - 1
+
+
+class LoaderCollector:
+    """The collector of a ``DataLoader``'s iterator: its workers' stages, then the loader.
+
+    ``workers()`` gives the loader's worker iterators as they are now: worker
+    processes (their figures arrive with the elements) or in-process iterators
+    of timed pipelines.
+    """
+
+    def __init__(self, workers: Callable[[], Sequence[Any]], name: str) -> None:
+        self._workers, self._name = workers, name
+        self.outer = StageRecord()
+
+    def watch(self, iterator: Any) -> None:
+        """The loader's iterator: its calls are the user's loop waiting."""
+        self.outer = type(iterator).__dict__.get("_chute_record", self.outer)
+
+    def rows(self) -> list[Row]:
+        out: list[Row] = []
+        reports = []
+        in_process = False
+        for worker in self._workers():
+            if getattr(worker, "_stats", None) is not None:
+                reports.append(worker._stats)
+            elif getattr(worker, "_chute_stats", None) is not None:
+                in_process = True
+                reports.append(worker._chute_stats.report())
+        top = merged_rows(reports, "main" if in_process else "workers", out)
+        node = StageNode(len(out), self._name, "DataLoader", () if top is None else (top,))
+        out.append((node, "main", self.outer.snapshot()))
+        return out
+
+    def worker_count(self) -> int:
+        return sum(getattr(w, "_stats", None) is not None for w in self._workers())
 
 
 def _renumbered(node: StageNode, index: int, parents: tuple[int, ...]) -> StageNode:

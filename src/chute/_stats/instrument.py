@@ -32,7 +32,15 @@ from chute._stats.collector import Collector
 from chute._stats.graph import post_order
 from chute._stats.records import StageRecord
 
-__all__ = ["TRACK_MARK", "instrument", "picture_when_asked", "untimed_type", "wanted"]
+__all__ = [
+    "TRACK_MARK",
+    "instrument",
+    "marked",
+    "picture_when_asked",
+    "time_iterator",
+    "untimed_type",
+    "wanted",
+]
 
 TRACK_MARK = "_chute_track_stages"  # set on the top dataset a worker runs: it times itself
 
@@ -68,6 +76,13 @@ def wanted(ds: Any) -> bool:
             return True
         stack.extend(getattr(node, "_parents", ()))
     return False
+
+
+def marked(ds: Any) -> Any:
+    """A copy of ``ds`` that times itself when it is iterated (in a worker process)."""
+    copied = copy.copy(ds)
+    setattr(copied, TRACK_MARK, True)
+    return copied
 
 
 def picture_when_asked(ds: Any) -> None:
@@ -180,12 +195,15 @@ def _timed_class(cls: type, record: StageRecord, extra: dict[str, Any]) -> type:
     return type(cls)(cls.__name__, (cls,), namespace)
 
 
-def time_iterator(it: Any, record: StageRecord) -> Any:
-    """Makes ``it`` (a stage's iterator) add its calls to ``record``; returns it."""
+def time_iterator(it: Any, record: StageRecord, *, any_class: bool = False) -> Any:
+    """Makes ``it`` (a stage's iterator) add its calls to ``record``; returns it.
+
+    Only chute's ``DatasetIterator``s are timed, unless ``any_class``.
+    """
     from chute._core.iterator import DatasetIterator
 
     cls = type(it)
-    if not isinstance(it, DatasetIterator) or "_chute_record" in cls.__dict__:
+    if not (any_class or isinstance(it, DatasetIterator)) or "_chute_record" in cls.__dict__:
         return it
     fill = getattr(cls, "_buffer_fill", None)
     extra = {"__next__": _timed(cls.__next__, record, _one, fill)}

@@ -42,10 +42,14 @@ def verdict(summary: Any) -> str:
                 f"{what}, in this process after the worker pool: move it before "
                 "mp_prefetch so the workers share it out."
             )
+        how = (
+            "DataLoader(worker_count=...)"
+            if summary.stages[-1].kind == "DataLoader"
+            else ".mp_prefetch(MultiprocessingOptions(num_workers=...))"
+        )
         return (
-            f"{what}, in this process: run it in worker processes "
-            f"(.mp_prefetch(MultiprocessingOptions(num_workers=...)); this machine has "
-            f"{cores} usable core(s))."
+            f"{what}, in this process: run it in worker processes ({how}; this machine "
+            f"has {cores} usable core(s))."
         )
     busy = _worker_busy(summary)
     workers = summary.workers or 1
