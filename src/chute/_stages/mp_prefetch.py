@@ -197,17 +197,6 @@ class _MultiprocessIterator(RoundRobinIterator):
         super().__init__(ds._workers(stream, [None] * count, self._base_seed))
         self._sizer = ds._sizer(count)
 
-    def __next__(self) -> Any:
-        sizer = self._sizer
-        if sizer is None:
-            return super().__next__()
-        w = self._turn
-        ready = self._exhausted[w] or self._parents[w].ready()  # type: ignore[attr-defined]
-        element = super().__next__()
-        if sizer.turn(w, ready):
-            sizer.decide(w, element, self._parents)
-        return element
-
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
         stream = self._stream
