@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Literal
+
+import numpy as np
 
 from chute._core.validate import check_int
 
@@ -79,6 +82,14 @@ class MultiprocessingOptions:
 
     Args:
         num_workers: Worker processes; 0 runs the pipeline in this process.
+            chute's addition: ``"auto"`` measures a few elements in this process
+            when the first iterator starts (at most ~1 s past the first element,
+            on a separate iterator: nothing is taken from the stream) and starts
+            as few workers as keep up, at least 1 and at most the usable cores
+            (see ``pick_performance_config``).  The count picked is the length
+            of the checkpoint's ``"workers"`` list, and a restore into an
+            ``"auto"`` pipeline uses the saved count, so it reads the same order
+            on any machine.
         per_worker_buffer_size: Elements each worker may produce ahead of you
             (at least 1).
         enable_profiling: Accepted for compatibility; chute logs nothing extra.
@@ -86,27 +97,38 @@ class MultiprocessingOptions:
             of memory) is started again from the last element it delivered, so the
             epoch goes on with every element once and in order; the chute logger
             says so. Off by default: a dead worker raises ``WorkerDiedError``.
+        ram_budget_mb: chute's addition: MiB that the elements waiting in the
+            workers' buffers may hold at once, over all workers.  With a budget, or
+            with ``num_workers="auto"`` (budget 1 GiB unless given), a worker that
+            is often not ready when its turn comes is granted a larger buffer, up
+            to 16 elements (never below ``per_worker_buffer_size``) and only while
+            the measured element size times all buffers fits the budget.  Buffer
+            sizes change when elements are made, never their order.
 
     Each worker seeds ``random``, NumPy's global generator and torch's (if
     imported) differently, per worker and per epoch, before ``worker_init_fn``
     runs; see ``mp_prefetch``.
 
     Raises:
-        TypeError, ValueError: A count is not an int in range.
+        TypeError, ValueError: A count is not an int in range, or ``num_workers``
+            is neither an int >= 0 nor ``"auto"``.
 
     >>> from chute import MapDataset, MultiprocessingOptions
     >>> ds = MapDataset.range(4).to_iter_dataset()
     >>> list(ds.mp_prefetch(MultiprocessingOptions(num_workers=2, per_worker_buffer_size=2)))
     [0, 1, 2, 3]
+    >>> list(ds.mp_prefetch(MultiprocessingOptions(num_workers="auto")))
+    [0, 1, 2, 3]
     """
 
-    num_workers: int = 0
+    num_workers: int | Literal["auto"] = 0
     per_worker_buffer_size: int = 1
     enable_profiling: bool = False
     restart_workers: bool = dataclasses.field(default=False, repr=False)  # Grain's repr stays
+    ram_budget_mb: int | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        check_int(self.num_workers, "MultiprocessingOptions: num_workers", minimum=0)
+        _check_num_workers(self.num_workers)
         if not isinstance(self.restart_workers, bool):
             raise TypeError(
                 "MultiprocessingOptions: restart_workers must be a bool (got "
@@ -115,3 +137,22 @@ class MultiprocessingOptions:
         check_int(
             self.per_worker_buffer_size, "MultiprocessingOptions: per_worker_buffer_size", minimum=1
         )
+        if self.ram_budget_mb is not None:
+            check_int(self.ram_budget_mb, "MultiprocessingOptions: ram_budget_mb (MiB, or None)",
+                      minimum=1)  # fmt: skip
+
+
+def _check_num_workers(value: object) -> None:
+    """An int >= 0 or ``"auto"``; the message names both."""
+    accepted = "an int >= 0 or 'auto'"
+    if isinstance(value, str):
+        if value != "auto":
+            raise ValueError(f"MultiprocessingOptions: num_workers must be {accepted} "
+                             f"(got {value!r}).")  # fmt: skip
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"MultiprocessingOptions: num_workers must be {accepted} (got "
+                        f"{value!r} that is a {type(value).__name__}).")  # fmt: skip
+    if value < 0:
+        raise ValueError(f"MultiprocessingOptions: num_workers must be >= 0 or 'auto' "
+                         f"(got {value}).")  # fmt: skip

@@ -266,6 +266,27 @@ class RemoteIterator(DatasetIterator[Any]):
         except OSError as exc:  # the worker died between the check above and now
             raise self._died() from exc
 
+    @property
+    def buffer_size(self) -> int:
+        """Elements the worker may have made and waiting, beyond the one it is making."""
+        return self._credit_count - 1
+
+    def ready(self) -> bool:
+        """Whether the worker's next message has arrived (never waits)."""
+        try:
+            return self._closed or self._ended or self._results.poll()
+        except OSError:  # closed under us: the next read says why
+            return True
+
+    def grant(self, extra: int) -> None:
+        """Lets the worker make ``extra`` more elements ahead, from now on (restarts too)."""
+        self._credit_count += extra
+        try:
+            for _ in range(extra):
+                self._credits.send_bytes(b"1")
+        except OSError:  # the worker is gone: the next read says so
+            pass
+
     def begin_stop(self) -> None:
         """Tells the worker to stop (its pipes close) without waiting for it.
 

@@ -23,6 +23,9 @@ class RoundRobinIterator(DatasetIterator[Any]):
     # elements keep the order of a run without the error; multithread_prefetch keeps
     # the turn instead, as Grain's does (its order with errors matches Grain's).
     _keep_turn_on_error = False
+    # Grows the buffers of iterators that are often not ready on their turn (worker
+    # processes: see buffer_sizing.BufferSizer); None leaves them as they are.
+    _sizer: Any = None
 
     def __init__(self, iterators: Sequence[DatasetIterator[Any]]) -> None:
         super().__init__(list(iterators))
@@ -30,10 +33,11 @@ class RoundRobinIterator(DatasetIterator[Any]):
         self._exhausted = [False] * len(self._parents)
 
     def __next__(self) -> Any:
-        count = len(self._parents)
+        count, sizer = len(self._parents), self._sizer
         for _ in range(count):
             w = self._turn
             if not self._exhausted[w]:
+                ready = sizer is None or self._parents[w].ready()  # type: ignore[attr-defined]
                 try:
                     element = next(self._parents[w])
                 except StopIteration:
@@ -46,6 +50,8 @@ class RoundRobinIterator(DatasetIterator[Any]):
                     raise
                 else:
                     self._turn = (w + 1) % count
+                    if sizer is not None and sizer.turn(w, ready):
+                        sizer.decide(w, element, self._parents)
                     return element
             self._turn = (w + 1) % count
         raise StopIteration

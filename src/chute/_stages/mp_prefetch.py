@@ -5,6 +5,13 @@ Worker ``i`` of ``W`` runs the whole pipeline over MapDataset indices
 filters and batches included, and the parent reads the workers round-robin,
 skipping those that ran out: the same order as Grain's.  See
 ``chute._execution.processes`` for how workers start and why.
+
+``num_workers="auto"`` (chute's addition) picks the count when the first
+iterator starts (``performance.auto_worker_count``: at least 1) and keeps it
+for the dataset's later iterators; a restore into an "auto" pipeline takes the
+count from the checkpoint, so it resumes the very order it saved.  With a RAM
+budget (or "auto"), workers that fall behind get larger buffers
+(``buffer_sizing``).
 """
 
 from __future__ import annotations
@@ -18,7 +25,8 @@ from chute._core.errors import CheckpointError
 from chute._core.options import MultiprocessingOptions
 from chute._core.seeding import derive_seed
 from chute._core.validate import check_callable
-from chute._execution import processes, worker_seeds
+from chute._execution import performance, processes, worker_seeds
+from chute._execution.buffer_sizing import BufferSizer
 from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
 from chute._execution.slicing import share, share_stream
@@ -65,13 +73,32 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         self._options, self._init_fn = options, worker_init_fn
         self._iterators_made = 0  # each new iterator is a new epoch of workers
         self._sequential = bool(sequential_slice)
-        for worker in range(options.num_workers):  # fails now, not in a worker, if it cannot slice
-            share(parent, worker, options.num_workers, self._sequential)
-        if options.num_workers:
+        self._auto = options.num_workers == "auto"
+        self._workers_picked: int | None = None if self._auto else int(options.num_workers)
+        checked = 1 if self._workers_picked is None else self._workers_picked
+        for worker in range(checked):  # fails now, not in a worker, if it cannot slice
+            share(parent, worker, checked, self._sequential)
+        if checked:
             processes.prepare()  # a fork server, if one is needed, loads while the program goes on
 
     def __iter__(self) -> DatasetIterator[Any]:
         return _MultiprocessIterator(self)
+
+    def _worker_count(self) -> int:
+        """The number of workers: given, or measured once when "auto"."""
+        if self._workers_picked is None:
+            self._workers_picked = performance.auto_worker_count(
+                self._parent, self._options.ram_budget_mb, self._options.per_worker_buffer_size
+            )
+        return self._workers_picked
+
+    def _sizer(self, workers: int) -> BufferSizer | None:
+        """What grows the workers' buffers, when there is a RAM budget (or "auto")."""
+        budget_mb = self._options.ram_budget_mb
+        if budget_mb is None and not self._auto:
+            return None
+        budget = (performance.DEFAULT_BUDGET_MB if budget_mb is None else budget_mb) * 2**20
+        return BufferSizer(workers, budget, self._options.per_worker_buffer_size)
 
     def _next_base_seed(self) -> int:
         """The base seed of a new iterator's workers: each iterator is a new epoch."""
@@ -80,10 +107,11 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         return worker_seeds.base_seed(derive_seed(self), epoch)
 
     def _workers(self, stream: Stream | None, states: list[Any], base: int) -> list[RemoteIterator]:
-        count = self._options.num_workers
+        """One worker per state in ``states``."""
+        count = len(states)
         return [
             RemoteIterator(
-                self._share(w, stream),
+                self._share(w, count, stream),
                 index=w,
                 count=count,
                 buffer_size=self._options.per_worker_buffer_size,
@@ -95,9 +123,8 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
             for w, state in enumerate(states)
         ]
 
-    def _share(self, worker: int, stream: Stream | None) -> IterDataset[Any]:
+    def _share(self, worker: int, count: int, stream: Stream | None) -> IterDataset[Any]:
         """Worker ``worker``'s pipeline; under an error budget, its batches are made of records."""
-        count = self._options.num_workers
         if stream is None:
             mine = share(self._parent, worker, count, self._sequential)
         else:
@@ -145,7 +172,7 @@ def mp_prefetch(
     """
     options = options if options is not None else MultiprocessingOptions()
     if isinstance(options, MultiprocessingOptions) and options.num_workers == 0:
-        return ds
+        return ds  # (``"auto"`` always starts workers: at least one)
     return MultiprocessPrefetchIterDataset(ds, options, worker_init_fn, sequential_slice)
 
 
@@ -167,7 +194,9 @@ class _MultiprocessIterator(RoundRobinIterator):
     def __init__(self, ds: MultiprocessPrefetchIterDataset, stream: Stream | None = None) -> None:
         self._ds, self._stream = ds, stream
         self._base_seed = ds._next_base_seed()
-        super().__init__(ds._workers(stream, [None] * ds._options.num_workers, self._base_seed))
+        count = ds._worker_count()
+        super().__init__(ds._workers(stream, [None] * count, self._base_seed))
+        self._sizer = ds._sizer(count)
 
     def _buffer_fill(self) -> tuple[int, int]:
         """Workers with an element ready, and the workers (read by the statistics only)."""
@@ -192,7 +221,7 @@ class _MultiprocessIterator(RoundRobinIterator):
         saved_count, count = len(state["workers"]), len(self._parents)
         if saved_count == count and stream == self._stream:
             super().set_state(state)  # the live workers move in place
-        elif saved_count == count:
+        elif saved_count == count or self._ds._auto:  # "auto" takes the saved count
             self._replace(stream, state["workers"], int(state["turn"]), state["exhausted"])
         else:
             positions = positions_of(state["workers"])
@@ -214,3 +243,4 @@ class _MultiprocessIterator(RoundRobinIterator):
         self._stream = stream
         self._parents = tuple(self._ds._workers(stream, states, self._base_seed))
         self._turn, self._exhausted = turn, [bool(x) for x in exhausted]
+        self._sizer = self._ds._sizer(len(states))
