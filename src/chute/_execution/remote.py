@@ -216,13 +216,6 @@ class RemoteIterator(DatasetIterator[Any]):
             raise worker_errors.rebuild(value, self._index, self._count)
         return value
 
-    def _ready(self) -> bool:
-        """Whether the worker's next message is already waiting (for the statistics)."""
-        try:
-            return not self._closed and bool(self._results.poll())
-        except (OSError, ValueError):  # closed under us
-            return False
-
     def _relaunch(self, exc: WorkerDiedError) -> None:
         """Starts the dead worker again from the last element it delivered."""
         code = self._process.exitcode

@@ -336,7 +336,7 @@ class DataLoaderIterator:
     def _buffer_fill(self) -> tuple[int, int]:
         """Workers with an element ready, and the workers (read by the statistics only)."""
         workers = self._workers._parents
-        return sum(getattr(w, "_ready", bool)() for w in workers), len(workers)
+        return sum(getattr(w, "ready", bool)() for w in workers), len(workers)
 
     def start_prefetch(self) -> None:
         """Starts reading ahead now; worker processes are already started with the iterator."""

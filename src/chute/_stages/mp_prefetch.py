@@ -200,7 +200,7 @@ class _MultiprocessIterator(RoundRobinIterator):
 
     def _buffer_fill(self) -> tuple[int, int]:
         """Workers with an element ready, and the workers (read by the statistics only)."""
-        return sum(w._ready() for w in self._parents), len(self._parents)  # type: ignore[attr-defined]
+        return sum(w.ready() for w in self._parents), len(self._parents)  # type: ignore[attr-defined]
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
