@@ -271,3 +271,17 @@ def test_a_tracked_data_loader_restores_into_another_worker_count(debug_mode: No
     tail = list(resumed)
     assert sorted(int(x) for b in head + tail for x in b) == [x * 2 for x in range(60)]
     assert execution_summary(resumed).elements == len(tail)
+
+
+def test_thread_prefetch_stages_report_their_buffers() -> None:
+    from chute.experimental import ThreadPrefetchIterDataset, multithread_prefetch
+
+    base = MapDataset.range(80).map(sleepy(0.001)).to_iter_dataset()
+    for ds in (
+        ThreadPrefetchIterDataset(base, prefetch_buffer_size=4),
+        multithread_prefetch(base, num_threads=2, buffer_size=4),
+    ):
+        it = iter(tracked(ds))
+        assert len(list(it)) == 80
+        last = [s for s in execution_summary(it).stages if s.buffer is not None][-1]
+        assert last.buffer.capacity >= 4 and last.elements == 80

@@ -88,6 +88,15 @@ class _MultithreadIterator(RoundRobinIterator):
                     it._warm_up()
         return super().__next__()
 
+    def _buffer_fill(self) -> tuple[int, int]:
+        """Elements waiting in the threads' buffers, and their sizes (for the statistics)."""
+        held = capacity = 0
+        for it in self._parents:
+            if isinstance(it, _ThreadPrefetchIterator):
+                waiting, size = it._buffer_fill()
+                held, capacity = held + waiting, capacity + size
+        return held, capacity
+
     def set_state(self, state: dict[str, Any]) -> None:
         super().set_state(state)
         self._started = False
