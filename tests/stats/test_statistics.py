@@ -285,3 +285,19 @@ def test_thread_prefetch_stages_report_their_buffers() -> None:
         assert len(list(it)) == 80
         last = [s for s in execution_summary(it).stages if s.buffer is not None][-1]
         assert last.buffer.capacity >= 4 and last.elements == 80
+
+
+def test_iterating_a_map_dataset_counts_its_implicit_read(debug_mode: None) -> None:
+    it = iter(MapDataset.range(30).map(str))
+    assert len(list(it)) == 30
+    summary = execution_summary(it)
+    assert [s.name for s in summary.stages] == ["range", "map(str)", "to_iter_dataset"]
+    assert summary.elements == 30
+
+
+def test_verdict_on_tiny_elements_says_workers_would_not_pay(debug_mode: None) -> None:
+    it = iter(MapDataset.range(2_000).map(str))
+    list(it)
+    summary = execution_summary(it)
+    if summary.wait_ratio >= 0.1:  # the loop did nothing, so it usually waited
+        assert "would cost more than it saves" in summary.verdict

@@ -46,12 +46,23 @@ class Collector:
         self.in_worker = multiprocessing.parent_process() is not None
         self.due = False
         self.outer = StageRecord()  # replaced by watch()
+        self._implicit = ""  # the stage watch() timed itself, if any
 
     def watch(self, iterator: Any) -> None:
-        """``iterator`` is the one handed to the user: its calls are the user's loop waiting."""
+        """``iterator`` is the one handed to the user: its calls are the user's loop waiting.
+
+        An iterator no stage of the graph made (``iter()`` of a MapDataset reads it
+        through a ``to_iter_dataset`` of its own) is timed here, as one more stage.
+        """
+        from chute._stats.instrument import time_iterator
+
         record = type(iterator).__dict__.get("_chute_record")
         if record is None:
-            return
+            record = StageRecord()
+            time_iterator(iterator, record)
+            if "_chute_record" not in type(iterator).__dict__:
+                return  # it cannot be timed
+            self._implicit = iterator._stage_name()
         self.outer = record
         record.on_deadline = self._deadline
         record.deadline_ns = time.perf_counter_ns() + self._interval_ns()
@@ -111,6 +122,9 @@ class Collector:
             record = self.records[node.index]
             figures = None if record is None else record.snapshot()
             out.append((_renumbered(node, len(out), parents), "main", figures))
+        if self._implicit:
+            node = StageNode(len(out), self._implicit, self._implicit, (len(out) - 1,))
+            out.append((node, "main", self.outer.snapshot()))
         return out
 
     def _worker_rows(self, pool: int, out: list[Row]) -> int | None:

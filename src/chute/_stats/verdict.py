@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["BUSY", "WAITED_LITTLE", "verdict"]
+__all__ = ["BUSY", "HANDOFF_S", "WAITED_LITTLE", "verdict"]
 
 WAITED_LITTLE = 0.1  # below this share of the time waiting, the loop is the bottleneck
 BUSY = 0.7  # workers working at least this share of the time are the limit
+HANDOFF_S = 50e-6  # about what a worker process spends handing one element over
 
 
 def verdict(summary: Any) -> str:
@@ -37,6 +38,14 @@ def verdict(summary: Any) -> str:
     what = f"{head}; {hot.share:.0%} of the work is `{hot.name}`"
     cores = summary.cpu_count
     if hot.where == "main":
+        each = sum(s.self_seconds for s in work if s.where == "main") / summary.elements
+        if each < HANDOFF_S and not summary.workers:
+            return (
+                f"{what}, but all the work for an element takes only {each * 1e6:.0f} µs: "
+                "handing elements over from worker processes would cost more than it saves. "
+                "The time goes into Python's per-element overhead; batch earlier, or do "
+                "more per call."
+            )
         if summary.workers:
             return (
                 f"{what}, in this process after the worker pool: move it before "
