@@ -299,5 +299,5 @@ def test_verdict_on_tiny_elements_says_workers_would_not_pay(debug_mode: None) -
     it = iter(MapDataset.range(2_000).map(str))
     list(it)
     summary = execution_summary(it)
-    assert summary.wait_ratio > 0.5  # list() does nothing but wait
+    assert summary.wait_ratio > 0.1  # list() does little but wait
     assert "would cost more than it saves" in summary.verdict

@@ -165,7 +165,7 @@ def build(collector: Any) -> ExecutionSummary:
     work = sum(f["self_ns"] for _, _, f in rows if f is not None and not f["fill_samples"])
     stages = tuple(_stage(node, where, figures, work) for node, where, figures in rows)
     outer = collector.outer
-    wall = (time.perf_counter_ns() - outer.first_ns) / 1e9 if outer.calls else 0.0
+    wall = (outer.last_ns - outer.first_ns) / 1e9 if outer.calls else 0.0
     summary = ExecutionSummary(
         stages=stages,
         wall_seconds=wall,
