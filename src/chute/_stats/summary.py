@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from typing import Any
 
 __all__ = ["BufferStats", "ExecutionSummary", "StageStats", "build", "execution_summary", "table"]
