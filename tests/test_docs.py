@@ -62,6 +62,18 @@ def test_packing_example_runs() -> None:
     assert "keys ['inputs', 'inputs_positions', 'inputs_segment_ids']" in out.stdout
 
 
+def test_profile_example_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "profile_me.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "map(jitter)" in out.stdout
+    assert "Suggested performance config" in out.stdout
+
+
 def _mnist_like(n: int = 512) -> list[dict[str, object]]:
     rng = np.random.default_rng(0)
     return [

@@ -1,10 +1,17 @@
-"""The ``chute`` command: convert data sets to ArrayRecord and inspect files.
+"""The ``chute`` command: convert data sets to ArrayRecord, inspect files, profile pipelines.
 
 Usage::
 
     chute --version
     chute convert INPUT OUTPUT_PREFIX [--format F] [--num-shards N] [--serializer S] [--overwrite]
     chute inspect PATH [-n N] [--max-chars C] [--trust-pickle]
+    chute profile MODULE:FUNCTION [--arg K=V ...] [--seconds S | --elements N]
+                  [--html PATH] [--json PATH] [--no-suggest] [--ram-budget-mb MB]
+
+``chute profile`` reads the pipeline that FUNCTION returns with per-stage
+statistics on and prints where the time went; ``chute profile --help`` says
+more.  An exception in the user's code prints its traceback and exits with
+status 1.
 
 A mistake in the input or output (a missing file, an unknown format, an
 empty input, an unwritable folder) prints one line to stderr and exits with
@@ -75,7 +82,7 @@ import os
 import sys
 
 import chute
-from chute._cli import convert, inspector
+from chute._cli import convert, inspector, profile
 from chute._cli.errors import CliError
 
 __all__ = ["main"]
@@ -94,13 +101,16 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``chute`` argument parser, with one subparser per command."""
     parser = argparse.ArgumentParser(
         prog="chute",
-        description="Convert data sets to ArrayRecord shards and inspect record files.",
+        description=(
+            "Convert data sets to ArrayRecord shards, inspect record files, and profile pipelines."
+        ),
         epilog="Run 'chute COMMAND --help' for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"chute {chute.__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     convert.register(subparsers, epilog=_convert_epilog())
     inspector.register(subparsers)
+    profile.register(subparsers)
     return parser
 
 
@@ -124,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
 
     Returns:
         0 on success, and when the reader of stdout stops early (``chute
-        inspect ... | head``); 2 for a usage or input/output mistake (reported
-        on one line of stderr); 130 when interrupted.
+        inspect ... | head``); 1 when the user's code that ``chute profile``
+        runs raises (its traceback is shown); 2 for a usage or input/output
+        mistake (reported on one line of stderr); 130 when interrupted.
 
     >>> main(["convert", "no_such_file.parquet", "out/data"])  # stderr names the file
     2
