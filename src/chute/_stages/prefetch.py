@@ -156,13 +156,17 @@ class _PrefetchIterator(DatasetIterator[Any]):
             items = self._items
             if not items or self._failures:
                 return [next(self)]
-            take = items[-count:]
-            del items[-len(take) :]
-            take.reverse()
-            if not self._allow_nones and not all(map(operator.is_not, take, repeat(None))):
-                take = [x for x in take if x is not None]
-            if take:
-                return take
+            out: list[Any] = []
+            while items and len(out) < count:  # a filter's holes: take on within this chunk
+                take = items[-(count - len(out)) :]
+                del items[-len(take) :]
+                take.reverse()
+                if self._allow_nones or all(map(operator.is_not, take, repeat(None))):
+                    out += take
+                else:
+                    out += [x for x in take if x is not None]
+            if out:
+                return out
 
     # -- reading ---------------------------------------------------------------------
 

@@ -120,8 +120,15 @@ def _many(result: Any) -> int:
 
 
 def _kept(result: Any) -> int:
-    """A filter's chunk: None stands for each element it dropped."""
-    return len(result) - sum(map(operator.is_, result, itertools.repeat(None)))
+    """A filter's chunk: None stands for each element it dropped.
+
+    ``list.count`` is twice as fast as testing identities one by one, but
+    compares with ``==``, which arrays answer element-wise: they take the slow way.
+    """
+    try:
+        return len(result) - result.count(None)
+    except (ValueError, TypeError):  # an array's ambiguous truth
+        return len(result) - sum(map(operator.is_, result, itertools.repeat(None)))
 
 
 def _timed(
