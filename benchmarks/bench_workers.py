@@ -20,7 +20,8 @@ The workloads:
    calibrated once at start); also chute with 0 workers.
 2. ``images``: the same shape of pipeline whose map makes a seeded random
    224x224x3 uint8 image and flips it; rates also in MB/s of output batches.
-   Also chute and PyTorch with 4 and 8 workers (more workers than cores).
+   Also chute and PyTorch with 4 and 8 workers (more workers than cores), and the limit
+   with 4 and 8 bare processes: what the machine itself loses with more processes than cores.
 3. ``arrayrecord``: 5,000 JPEG-encoded 256x256 photos in one ArrayRecord
    file, read in a global shuffle, decoded with Pillow and cropped at random
    to 224x224 in the workers.
@@ -311,11 +312,11 @@ def bare_processes(job: Callable[[int], None], processes: int = WORKERS) -> Iter
     return iter(())
 
 
-def bare_map(fn: Callable[[int], Any], n: int) -> Callable[[int], None]:
-    """The job of bare process w: ``fn(i)`` for i in w, w + 2, ..., results dropped."""
+def bare_map(fn: Callable[[int], Any], n: int, count: int = WORKERS) -> Callable[[int], None]:
+    """The job of bare process w of ``count``: ``fn(i)`` for i in w, w + count, ..., dropped."""
 
     def job(w: int) -> None:
-        for i in range(w, n, WORKERS):
+        for i in range(w, n, count):
             fn(i)
 
     return job
@@ -864,7 +865,7 @@ def bench_group(
 ) -> dict[str, dict[str, Any]]:
     """The timed runs, the warm first batches (not of the limit) and the memory runs."""
     common.time_runs(impls, repeats)
-    common.time_first_batch([i for i in impls if i.name != LIMIT])
+    common.time_first_batch([i for i in impls if not i.name.startswith(LIMIT)])
     return measure_all(impls, parents)
 
 
@@ -1045,6 +1046,13 @@ def bench_images(chute: Any, grain: Any, torch: Any, repeats: int) -> dict[str, 
         )
         return Impl(name, make, IMAGES_N)
 
+    def limit_impl(processes: int) -> Impl:
+        """The machine's own limit with more processes than cores: bare forks, no transport."""
+        name = f"{LIMIT} {processes} processes"
+        logs[name] = []
+        job = bare_map(image, IMAGES_N, processes)
+        return Impl(name, checked(lambda: bare_processes(job, processes), logs[name]), IMAGES_N)
+
     logs["grain 2 workers"], logs[LIMIT] = [], []
     impls = [
         chute_impl(WORKERS),
@@ -1059,7 +1067,7 @@ def bench_images(chute: Any, grain: Any, torch: Any, repeats: int) -> dict[str, 
         ),
     ]
     for workers in MANY_WORKERS:
-        impls += [chute_impl(workers), torch_impl(workers)]
+        impls += [chute_impl(workers), torch_impl(workers), limit_impl(workers)]
     by_name = {impl.name: impl for impl in impls}
     chute2, grain2, torch2, limit = impls[:4]
 
@@ -1074,8 +1082,8 @@ def bench_images(chute: Any, grain: Any, torch: Any, repeats: int) -> dict[str, 
     grain_out = common.collect(grain2, image_digest())
     common.mark_reference(grain2, grain_out)
     for impl in impls[:1] + impls[2:]:
-        if impl is limit:
-            check_bare(limit, common.collect(limit))
+        if impl.name.startswith(LIMIT):
+            check_bare(impl, common.collect(impl))
             continue
         out = common.collect(impl, image_digest())
         if out is None:
@@ -1122,6 +1130,23 @@ def bench_images(chute: Any, grain: Any, torch: Any, repeats: int) -> dict[str, 
                     TARGETS.get(label),
                 )
             )
+    for workers in MANY_WORKERS:  # what the machine itself loses with more processes than cores
+        ratios.append(
+            Ratio(
+                f"images limit {workers} processes/limit 2 processes",
+                by_name[f"{LIMIT} {workers} processes"],
+                limit,
+                None,
+            )
+        )
+        ratios.append(
+            Ratio(
+                f"images chute {workers} workers/limit {workers} processes",
+                by_name[f"chute {workers} workers"],
+                by_name[f"{LIMIT} {workers} processes"],
+                None,
+            )
+        )
     label = "images parent peak torch/chute"
     ratios.append(parent_peak_ratio(label, memory, chute2, torch2, TARGETS[label]))
     common.mark_invalid(ratios)
