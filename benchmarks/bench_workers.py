@@ -322,6 +322,21 @@ def bare_map(fn: Callable[[int], Any], n: int, count: int = WORKERS) -> Callable
     return job
 
 
+def bare_map_and_stack(
+    fn: Callable[[int], Any], n: int, count: int = WORKERS
+) -> Callable[[int], None]:
+    """``bare_map``, plus stacking each 32 results into one reused batch array, as a
+    pipeline that ends with ``batch(32)`` must; nothing is handed back."""
+
+    def job(w: int) -> None:
+        mine = range(w, n, count)
+        out = np.empty((BATCH, *IMAGE_SHAPE), np.uint8)
+        for start in range(0, len(mine), BATCH):
+            np.stack([fn(i) for i in mine[start : start + BATCH]], out=out)
+
+    return job
+
+
 def bare_photos(path: str, order: np.ndarray) -> Callable[[int], None]:
     """The job of bare process w: its half of the shuffled records, read 32 at a time with
     array_record's reader, each decoded and cropped."""
@@ -1046,11 +1061,12 @@ def bench_images(chute: Any, grain: Any, torch: Any, repeats: int) -> dict[str, 
         )
         return Impl(name, make, IMAGES_N)
 
-    def limit_impl(processes: int) -> Impl:
-        """The machine's own limit with more processes than cores: bare forks, no transport."""
-        name = f"{LIMIT} {processes} processes"
+    def limit_impl(processes: int, stack: bool = False) -> Impl:
+        """The machine's own limit with more processes than cores: bare forks, no transport;
+        with ``stack``, each process also stacks its images into batches of 32."""
+        name = f"{LIMIT}{'+stack' if stack else ''} {processes} processes"
         logs[name] = []
-        job = bare_map(image, IMAGES_N, processes)
+        job = (bare_map_and_stack if stack else bare_map)(image, IMAGES_N, processes)
         return Impl(name, checked(lambda: bare_processes(job, processes), logs[name]), IMAGES_N)
 
     logs["grain 2 workers"], logs[LIMIT] = [], []
@@ -1068,6 +1084,7 @@ def bench_images(chute: Any, grain: Any, torch: Any, repeats: int) -> dict[str, 
     ]
     for workers in MANY_WORKERS:
         impls += [chute_impl(workers), torch_impl(workers), limit_impl(workers)]
+    impls += [limit_impl(WORKERS, stack=True), limit_impl(MANY_WORKERS[-1], stack=True)]
     by_name = {impl.name: impl for impl in impls}
     chute2, grain2, torch2, limit = impls[:4]
 
@@ -1147,6 +1164,15 @@ def bench_images(chute: Any, grain: Any, torch: Any, repeats: int) -> dict[str, 
                 None,
             )
         )
+    most = MANY_WORKERS[-1]
+    ratios.append(
+        Ratio(
+            f"images limit+stack {most} processes/limit+stack 2 processes",
+            by_name[f"{LIMIT}+stack {most} processes"],
+            by_name[f"{LIMIT}+stack {WORKERS} processes"],
+            None,
+        )
+    )
     label = "images parent peak torch/chute"
     ratios.append(parent_peak_ratio(label, memory, chute2, torch2, TARGETS[label]))
     common.mark_invalid(ratios)
