@@ -995,6 +995,8 @@ def bench_cpu(chute: Any, grain: Any, torch: Any, repeats: int) -> dict[str, Any
             TARGETS["cpu chute 2 workers/torch 2 workers"],
         ),
         Ratio("cpu torch 2 workers/limit", torch2, limit, None),
+        # The most any 2-process loader can be ahead of Grain here: the 3x above is beyond it.
+        Ratio("cpu limit/grain 2 workers", limit, grain2, None),
     ]
     common.mark_invalid(ratios)
     diagnosis = None
