@@ -53,18 +53,20 @@ def _zip1(v1: int, v0: int) -> int:
 def _update(s: list[list[int]], lanes: tuple[int, ...] | list[int]) -> None:
     v0, v1, mul0, mul1 = s
     for i in range(4):
-        v1[i] = (v1[i] + mul0[i] + lanes[i]) & _M
-        mul0[i] ^= (v1[i] & _L) * (v0[i] >> 32)
-        v0[i] = (v0[i] + mul1[i]) & _M
-        mul1[i] ^= (v0[i] & _L) * (v1[i] >> 32)
-    for a, b in ((0, 1), (2, 3)):
-        add0, add1 = _zip0(v1[b], v1[a]), _zip1(v1[b], v1[a])
-        v0[a] = (v0[a] + add0) & _M
-        v0[b] = (v0[b] + add1) & _M
-    for a, b in ((0, 1), (2, 3)):
-        add0, add1 = _zip0(v0[b], v0[a]), _zip1(v0[b], v0[a])
-        v1[a] = (v1[a] + add0) & _M
-        v1[b] = (v1[b] + add1) & _M
+        a = (v1[i] + mul0[i] + lanes[i]) & _M
+        b = v0[i]
+        mul0[i] ^= (a & _L) * (b >> 32)
+        b = (b + mul1[i]) & _M
+        mul1[i] ^= (b & _L) * (a >> 32)
+        v1[i], v0[i] = a, b
+    for lo, hi in ((0, 1), (2, 3)):
+        x0, x1 = v1[lo], v1[hi]
+        v0[lo] = (v0[lo] + _zip0(x1, x0)) & _M
+        v0[hi] = (v0[hi] + _zip1(x1, x0)) & _M
+    for lo, hi in ((0, 1), (2, 3)):
+        x0, x1 = v0[lo], v0[hi]
+        v1[lo] = (v1[lo] + _zip0(x1, x0)) & _M
+        v1[hi] = (v1[hi] + _zip1(x1, x0)) & _M
 
 
 def _rot32(x: int, n: int) -> int:

@@ -43,6 +43,7 @@ __all__ = [
     "DecodedChunk",
     "decode_chunk",
     "read_varint",
+    "varint_array",
 ]
 
 BLOCK_SIZE = 1 << 16
@@ -73,25 +74,42 @@ def read_varint(buf: bytes | memoryview, pos: int, where: str) -> tuple[int, int
     raise ArrayRecordFormatError(f"{where}: a varint runs past its buffer or over 64 bits.")
 
 
-def _varints(buf: bytes, count: int, where: str) -> np.ndarray:
-    """``count`` varints filling ``buf`` exactly, decoded with numpy."""
+def varint_array(buf: bytes, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every varint filling ``buf``, decoded with numpy, and the byte where each starts."""
     b = np.frombuffer(buf, np.uint8)
     ends = np.flatnonzero(b < 0x80)
-    if len(ends) != count or (count and ends[-1] != len(b) - 1) or (not count and len(b)):
-        raise ArrayRecordFormatError(
-            f"{where}: the record sizes hold {len(ends)} varints in {len(b)} bytes, "
-            f"expected {count}."
-        )
+    if len(b) and (not len(ends) or ends[-1] != len(b) - 1):
+        raise ArrayRecordFormatError(f"{where}: the last varint is cut short.")
     starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
     lengths = ends - starts + 1
-    if count and lengths.max() > 9:
-        raise ArrayRecordFormatError(f"{where}: a record size is larger than 2**63.")
-    out = np.zeros(count, np.uint64)
-    for k in range(int(lengths.max()) if count else 0):
+    if len(ends) and lengths.max() > 9:
+        raise ArrayRecordFormatError(f"{where}: a varint is larger than 2**63.")
+    out = np.zeros(len(ends), np.uint64)
+    for k in range(int(lengths.max()) if len(ends) else 0):
         has = lengths > k
         part = (b[starts[has] + k] & 0x7F).astype(np.uint64)
         out[has] |= part << np.uint64(7 * k)
-    return out
+    return out.astype(np.int64), starts
+
+
+def _sizes(buf: bytes, count: int, where: str) -> np.ndarray:
+    """The ``count`` record sizes that fill ``buf`` exactly."""
+    if count <= 8:  # numpy's fixed cost outweighs a short loop
+        sizes, pos = [], 0
+        for _ in range(count):
+            size, pos = read_varint(buf, pos, where)
+            sizes.append(size)
+        if pos != len(buf) or max(sizes, default=0) >= 1 << 63:
+            raise ArrayRecordFormatError(
+                f"{where}: the record sizes do not fill their {len(buf)} bytes."
+            )
+        return np.array(sizes, np.int64)
+    sizes_array = varint_array(buf, where)[0]
+    if len(sizes_array) != count:
+        raise ArrayRecordFormatError(
+            f"{where}: the record sizes hold {len(sizes_array)} varints, expected {count}."
+        )
+    return sizes_array
 
 
 def _codec(kind: int) -> Callable[[bytes], Any]:
@@ -196,10 +214,10 @@ def _decode_simple(body: memoryview, count: int, decoded_size: int, where: str) 
     sizes_len, pos = read_varint(body, 1, where)
     if pos + sizes_len > len(body):
         raise ArrayRecordFormatError(f"{where}: the record sizes run past the chunk data.")
-    sizes = _varints(_decompress(kind, body[pos : pos + sizes_len], where), count, where)
+    sizes = _sizes(_decompress(kind, body[pos : pos + sizes_len], where), count, where)
     values = _decompress(kind, body[pos + sizes_len :], where)
     offsets = np.zeros(count + 1, np.int64)
-    np.cumsum(sizes.astype(np.int64), out=offsets[1:])
+    np.cumsum(sizes, out=offsets[1:])
     if len(values) != decoded_size or int(offsets[-1]) != decoded_size:
         raise ArrayRecordFormatError(
             f"{where}: the records add up to {int(offsets[-1])} bytes and the values hold "

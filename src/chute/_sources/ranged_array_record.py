@@ -21,9 +21,22 @@ same code reads a local file (``LocalRanges``) or an object in a bucket.
   to decompress or change size).  Errors are ``ArrayRecordFormatError``
   (a ``ValueError``) naming the file and the offset.
 
-Measured on a 2-core machine, a local file of 200,000 records of 1 KiB
-(``group_size:1``), random batches of 256: see ``benchmarks`` figures in the
-module's report.
+Measured once by hand on a 2-core machine, a local file of 200,000 records
+of 1 KiB, random sorted batches of 256, cache off (records/s):
+
+=========================  ===========  ===============  ======  ===========
+file                       array_record array_record     ranged  ranged,
+                           read(list)   read(k, k+1)              verify_data
+=========================  ===========  ===============  ======  ===========
+uncompressed, group_size:1   68,000       470,000        18,000    4,100
+zstd, group_size:1           77,000       340,000        10,000    4,700
+zstd, group_size:100         38,000        37,000         5,300      130
+=========================  ===========  ===============  ======  ===========
+
+Opening takes 0.5 s (uncompressed) and 0.2 s (zstd) for the 200,000-chunk
+files, mostly the footer's data hash.  Per chunk, about half of the cost is the
+header hash in Python; the rest is decompression calls and bookkeeping.  Over
+a network, the one concurrent ``read_ranges`` per batch dominates instead.
 """
 
 from __future__ import annotations
@@ -95,9 +108,7 @@ class RangedArrayRecordReader:
         self._init_cache()
 
     def _init_cache(self) -> None:
-        self._cache: collections.OrderedDict[int, tuple[_Chunk, int]] = (
-            collections.OrderedDict()
-        )
+        self._cache: collections.OrderedDict[int, tuple[_Chunk, int]] = collections.OrderedDict()
         self._cached = 0
         self._lock = threading.Lock()
 

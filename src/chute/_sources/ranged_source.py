@@ -45,7 +45,7 @@ class RangedByteSource(Protocol):
 
 
 def _pread_all(fd: int, length: int, offset: int) -> bytes:
-    """``length`` bytes at ``offset``, or fewer at the end of the file (one pread may stop short)."""
+    """``length`` bytes at ``offset``, fewer at the end of the file; loops on short preads."""
     data = os.pread(fd, length, offset)
     if len(data) == length or not data:
         return data
