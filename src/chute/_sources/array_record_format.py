@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from chute._core.errors import ChuteError
 from chute._sources._highway_hash import highway_hash64
 
 __all__ = [
@@ -53,8 +52,12 @@ _SIMPLE, _TRANSPOSED = ord("r"), ord("t")
 _EXTRA = "chute[remote]"
 
 
-class ArrayRecordFormatError(ChuteError, ValueError):
-    """Bytes that are not a valid ArrayRecord file: truncated, corrupted or unsupported."""
+class ArrayRecordFormatError(ValueError):
+    """Bytes that are not a valid ArrayRecord file: truncated, corrupted or unsupported.
+
+    A plain ``ValueError`` subclass for now; once the reader is public it joins
+    chute's exception tree (``chute._core.errors``), which every export must list.
+    """
 
 
 DecodedChunk = tuple[bytes, np.ndarray]
