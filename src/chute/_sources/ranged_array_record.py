@@ -1,0 +1,252 @@
+"""``RangedArrayRecordReader``: ArrayRecord records read from any ``RangedByteSource``.
+
+array_record's own reader only opens local files.  This one needs only
+``size()`` and ``read_ranges()`` (``chute._sources.ranged_source``), so the
+same code reads a local file (``LocalRanges``) or an object in a bucket.
+
+* **Opening** reads the file's last 256 KiB in one ranged read: the postscript
+  (last 64 KiB) and, for files of up to some 25,000 chunks, the footer with
+  every chunk's offset.  A larger footer takes a second read.
+* **A batch of indices** maps to its chunks; the chunks not in the cache are
+  merged into as few ranges as possible (chunks at most ``merge_gap_bytes``
+  apart join one range, up to ``max_range_bytes`` per range) and fetched in
+  **one** ``read_ranges`` call, which a remote source serves concurrently.
+  Each chunk is checked and decompressed once per batch, then kept in a
+  per-reader LRU cache bounded by ``cache_bytes`` of decoded records.
+* **Checks**: every block and chunk header's hash, sizes and decompressed
+  lengths (``array_record_format``); the footer's data hash on open.  The
+  data hash of record chunks costs about 5 us per 32 bytes in pure Python and
+  is checked only with ``verify_data=True``; without it, a flipped byte inside
+  an *uncompressed* chunk's values goes unnoticed (compressed ones mostly fail
+  to decompress or change size).  Errors are ``ArrayRecordFormatError``
+  (a ``ValueError``) naming the file and the offset.
+
+Measured once by hand on a 2-core machine, a local file of 200,000 records
+of 1 KiB, random sorted batches of 256, cache off (records/s):
+
+=========================  ===========  ===============  ======  ===========
+file                       array_record array_record     ranged  ranged,
+                           read(list)   read(k, k+1)              verify_data
+=========================  ===========  ===============  ======  ===========
+uncompressed, group_size:1   68,000       470,000        18,000    4,100
+zstd, group_size:1           77,000       340,000        10,000    4,700
+zstd, group_size:100         38,000        37,000         5,300      130
+=========================  ===========  ===============  ======  ===========
+
+Opening takes 0.5 s (uncompressed) and 0.2 s (zstd) for the 200,000-chunk
+files, mostly the footer's data hash.  Per chunk, about half of the cost is the
+header hash in Python; the rest is decompression calls and bookkeeping.  Over
+a network, the one concurrent ``read_ranges`` per batch dominates instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._core.validate import check_int
+from chute._sources.array_record_footer import Footer, parse_footer, parse_postscript
+from chute._sources.array_record_format import BLOCK_SIZE, ArrayRecordFormatError, decode_chunk
+from chute._sources.protocol import check_indices
+from chute._sources.ranged_source import RangedByteSource
+
+__all__ = ["RangedArrayRecordReader"]
+
+_WHAT = "RangedArrayRecordReader"
+_TAIL = 4 * BLOCK_SIZE
+_ENTRY_OVERHEAD = 200  # bytes counted per cached chunk beyond its records
+_Chunk = tuple[bytes, list[int]]  # a chunk's record values and its record offsets
+
+
+class RangedArrayRecordReader:
+    """Random access to the records of one ArrayRecord file on a ranged byte source.
+
+    Args:
+      source: a ``RangedByteSource`` (``LocalRanges(path)``, or an object store's).
+      cache_bytes: bound on the decoded chunks kept between calls (0 keeps none).
+      max_range_bytes: largest range that merged chunks may form (a bigger chunk
+        is read alone, whole).
+      merge_gap_bytes: chunks at most this far apart are read as one range.
+      verify_data: also check each record chunk's data hash (slow in Python).
+
+    Records come back byte for byte as array_record's ``ArrayRecordReader``
+    returns them; files written with ``transpose`` are refused.
+    """
+
+    def __init__(
+        self,
+        source: RangedByteSource,
+        *,
+        cache_bytes: int = 64 << 20,
+        max_range_bytes: int = 8 << 20,
+        merge_gap_bytes: int = 64 << 10,
+        verify_data: bool = False,
+    ) -> None:
+        if not isinstance(source, RangedByteSource):
+            raise TypeError(
+                f"{_WHAT}: source must have size() and read_ranges(ranges) (got "
+                f"{source!r} that is a {type(source).__name__}); wrap a local path in "
+                "LocalRanges(path)."
+            )
+        self._cache_bytes = check_int(cache_bytes, f"{_WHAT}: cache_bytes", minimum=0)
+        self._max_range = check_int(max_range_bytes, f"{_WHAT}: max_range_bytes", minimum=1)
+        self._gap = check_int(merge_gap_bytes, f"{_WHAT}: merge_gap_bytes", minimum=0)
+        self._verify = bool(verify_data)
+        self._source = source
+        self._name = str(source)
+        self._footer = self._read_footer()
+        if "transpose:true" in self._footer.writer_options.split(","):
+            raise ArrayRecordFormatError(
+                f"{self._name}: written with 'transpose:true', whose chunks {_WHAT} cannot "
+                "decode; read it with array_record's ArrayRecordReader, or rewrite it "
+                "without 'transpose'."
+            )
+        self._init_cache()
+
+    def _init_cache(self) -> None:
+        self._cache: collections.OrderedDict[int, tuple[_Chunk, int]] = collections.OrderedDict()
+        self._cached = 0
+        self._lock = threading.Lock()
+
+    def _read(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        got = self._source.read_ranges(ranges)
+        if len(got) != len(ranges):
+            raise ArrayRecordFormatError(
+                f"{self._name}: read_ranges returned {len(got)} buffers for {len(ranges)} ranges."
+            )
+        for (offset, length), data in zip(ranges, got):
+            if len(data) != length:
+                raise ArrayRecordFormatError(
+                    f"{self._name}: reading {length} bytes at offset {offset} gave "
+                    f"{len(data)} (file truncated or changed?)."
+                )
+        return got
+
+    def _read_footer(self) -> Footer:
+        size = self._source.size()
+        if size < BLOCK_SIZE:
+            raise ArrayRecordFormatError(
+                f"{self._name}: {size} bytes is too short for an ArrayRecord file (the "
+                f"postscript alone takes the last {BLOCK_SIZE}); file truncated?"
+            )
+        tail_at = max(0, size - _TAIL)
+        (tail,) = self._read([(tail_at, size - tail_at)])
+        end = size - BLOCK_SIZE
+        footer_at = parse_postscript(tail[end - tail_at :], size, self._name)
+        if footer_at >= tail_at:
+            raw = tail[footer_at - tail_at : end - tail_at]
+        else:
+            (raw,) = self._read([(footer_at, end - footer_at)])
+        return parse_footer(raw, footer_at, self._name)
+
+    def __len__(self) -> int:
+        return self._footer.num_records
+
+    @property
+    def num_chunks(self) -> int:
+        return len(self._footer.starts) - 1
+
+    @property
+    def writer_options(self) -> str:
+        """The options string the file was written with, as its footer records it."""
+        return self._footer.writer_options
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes of decoded chunks held in the cache now (never above ``cache_bytes``)."""
+        return self._cached
+
+    def read(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
+        """The records at ``indices``, in that order; repeats allowed."""
+        idx = check_indices(indices, len(self), f"{_WHAT}({self._name})", negative=False)
+        if not len(idx):
+            return []
+        first = self._footer.first_record
+        chunk_of = np.searchsorted(first, idx, side="right") - 1
+        chunks = self._chunks(np.unique(chunk_of).tolist())
+        local = (idx - first[chunk_of]).tolist()
+        out = []
+        for c, k in zip(chunk_of.tolist(), local):
+            values, offsets = chunks[c]
+            out.append(values[offsets[k] : offsets[k + 1]])
+        return out
+
+    def _chunks(self, wanted: list[int]) -> dict[int, _Chunk]:
+        """The decoded chunks ``wanted`` (sorted), from the cache or from one ranged read."""
+        found: dict[int, _Chunk] = {}
+        missing = []
+        with self._lock:
+            for c in wanted:
+                hit = self._cache.get(c)
+                if hit is None:
+                    missing.append(c)
+                else:
+                    self._cache.move_to_end(c)
+                    found[c] = hit[0]
+        if missing:
+            fetched = self._fetch(missing)
+            found.update(fetched)
+            self._store(fetched)
+        return found
+
+    def _plan(self, missing: list[int]) -> list[tuple[int, int, list[int]]]:
+        """Ranges ``(begin, end, chunks)`` covering the chunks, neighbours merged."""
+        starts = self._footer.starts
+        plan: list[tuple[int, int, list[int]]] = []
+        for c in missing:
+            begin, end = int(starts[c]), int(starts[c + 1])
+            if plan:
+                b0, e0, group = plan[-1]
+                if begin - e0 <= self._gap and end - b0 <= self._max_range:
+                    group.append(c)
+                    plan[-1] = (b0, end, group)
+                    continue
+            plan.append((begin, end, [c]))
+        return plan
+
+    def _fetch(self, missing: list[int]) -> dict[int, _Chunk]:
+        plan = self._plan(missing)
+        buffers = self._read([(b, e - b) for b, e, _ in plan])
+        starts, first = self._footer.starts, self._footer.first_record
+        out = {}
+        for (b0, _, group), buf in zip(plan, buffers):
+            for c in group:
+                begin, end = int(starts[c]) - b0, int(starts[c + 1]) - b0
+                values, offsets = decode_chunk(
+                    buf[begin:end],
+                    int(starts[c]),
+                    self._name,
+                    verify_data=self._verify,
+                    records=int(first[c + 1] - first[c]),
+                )
+                out[c] = (values, offsets.tolist())
+        return out
+
+    def _store(self, fetched: dict[int, _Chunk]) -> None:
+        with self._lock:
+            for c, chunk in fetched.items():
+                cost = len(chunk[0]) + 36 * len(chunk[1]) + _ENTRY_OVERHEAD
+                if cost > self._cache_bytes or c in self._cache:
+                    continue
+                self._cache[c] = (chunk, cost)
+                self._cached += cost
+                while self._cached > self._cache_bytes:
+                    _, (_, old) = self._cache.popitem(last=False)
+                    self._cached -= old
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for key in ("_cache", "_cached", "_lock"):
+            del state[key]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_cache()
+
+    def __repr__(self) -> str:
+        return f"{_WHAT}({self._source!r})"

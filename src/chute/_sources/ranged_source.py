@@ -1,0 +1,125 @@
+"""``RangedByteSource``: a file read by byte ranges, and ``LocalRanges`` for local files.
+
+Readers of file formats that know where their bytes lie (ArrayRecord's footer
+gives every chunk's offset) only need the size of the file and a way to read
+several ``(offset, length)`` ranges at once.  Object stores (S3, GCS, HTTP)
+serve exactly that, concurrently; ``LocalRanges`` serves it from a local file
+with ``os.pread``, so the same reader works on both.
+
+>>> import tempfile, os
+>>> with tempfile.TemporaryDirectory() as d:
+...     path = os.path.join(d, "f")
+...     with open(path, "wb") as f:
+...         _ = f.write(b"0123456789")
+...     src = LocalRanges(path)
+...     src.size(), src.read_ranges([(0, 3), (7, 3)])
+(10, [b'012', b'789'])
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["LocalRanges", "RangedByteSource"]
+
+
+@runtime_checkable
+class RangedByteSource(Protocol):
+    """An immutable sequence of bytes read by ranges.
+
+    * ``size()`` is the number of bytes.
+    * ``read_ranges(ranges)`` returns, for each ``(offset, length)`` pair, the
+      bytes at ``[offset, offset + length)``, in the order given.  A range that
+      runs past the end returns the bytes up to the end (callers check
+      lengths).  Implementations may read the ranges concurrently and retry;
+      they raise ``OSError`` for what retries cannot fix.
+    * ``str(source)`` names the data (a path or URL) for error messages.
+    * Picklable, so that readers built on it can go to worker processes.
+    """
+
+    def size(self) -> int: ...
+
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]: ...
+
+
+def _pread_all(fd: int, length: int, offset: int) -> bytes:
+    """``length`` bytes at ``offset``, fewer at the end of the file; loops on short preads."""
+    data = os.pread(fd, length, offset)
+    if len(data) == length or not data:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < length:
+        more = os.pread(fd, length - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+class LocalRanges:
+    """A local file as a ``RangedByteSource``; the file opens lazily in each process.
+
+    Ranges are read one after the other with ``os.pread`` (a local disk gains
+    little from concurrency, and the calls release the GIL).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._path = os.fspath(path)
+        if not isinstance(self._path, str):
+            raise TypeError(f"LocalRanges: path must be a str or os.PathLike (got {path!r}).")
+        self._fd: int | None = None
+        self._size: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def _open(self) -> tuple[int, int]:
+        with self._lock:
+            if self._fd is None or self._size is None:
+                self._fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+                self._size = os.fstat(self._fd).st_size
+            return self._fd, self._size
+
+    def size(self) -> int:
+        return self._open()[1]
+
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        fd = self._open()[0]
+        out = []
+        for offset, length in ranges:
+            if offset < 0 or length < 0:
+                raise ValueError(
+                    f"{self}: ranges need offset >= 0 and length >= 0 (got ({offset}, {length}))."
+                )
+            out.append(_pread_all(fd, length, offset))
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self._path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"LocalRanges({self._path!r})"
+
+    def __str__(self) -> str:
+        return self._path
