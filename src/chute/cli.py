@@ -5,6 +5,7 @@ Usage::
     chute --version
     chute convert INPUT OUTPUT_PREFIX [--format F] [--num-shards N] [--serializer S] [--overwrite]
     chute inspect PATH [-n N] [--max-chars C] [--trust-pickle]
+    chute index SHARDS [--output INDEX]
     chute profile MODULE:FUNCTION [--arg K=V ...] [--seconds S | --elements N]
                   [--html PATH] [--json PATH] [--no-suggest] [--ram-budget-mb MB]
 
@@ -82,7 +83,7 @@ import os
 import sys
 
 import chute
-from chute._cli import convert, inspector, profile
+from chute._cli import convert, index, inspector, profile
 from chute._cli.errors import CliError
 
 __all__ = ["main"]
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     convert.register(subparsers, epilog=_convert_epilog())
     inspector.register(subparsers)
+    index.register(subparsers)
     profile.register(subparsers)
     return parser
 

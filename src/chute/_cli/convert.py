@@ -16,6 +16,7 @@ from chute._cli.errors import ARRAY_RECORD_MODULE, CliError, need
 from chute._cli.manifest import Plan, describe_input, manifest_path, plan, write_manifest
 from chute._cli.readers import FORMATS, READERS, detect_format, notes, resolve_inputs
 from chute._cli.records import SERIALIZERS, encoder
+from chute._sources.array_record_index import SUFFIX, write_index
 from chute._sources.array_record_paths import shard_sets
 from chute._sources.array_record_writer import write_array_record
 
@@ -218,5 +219,9 @@ def run(args: argparse.Namespace) -> int:
     )
     written = _write(records, prefix, args, todo)
     write_manifest(prefix, described, records.count)
+    try:  # the index that opens the set in bounded memory (ArrayRecordDataSource(index))
+        write_index(written, prefix + SUFFIX)
+    except (OSError, ValueError) as exc:
+        print(f"note: no index written ({exc}); 'chute index {prefix}' writes it")
     _report(f"{fmt} input {args.input}: {records.count} records into", written)
     return 0

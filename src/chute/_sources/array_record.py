@@ -106,6 +106,10 @@ def _open(path: str, options: str) -> Any:
     return reader
 
 
+def _is_index(paths: Any) -> bool:
+    return isinstance(paths, (str, os.PathLike)) and os.fspath(paths).endswith(".chute-index")
+
+
 def _fingerprint(path: str) -> tuple[int, int]:
     """(size, modification time) of a file, to tell whether it changed; (-1, -1) if gone."""
     try:
@@ -207,6 +211,13 @@ class ArrayRecordDataSource:
     ...     len(source), source[1], source.__getitems__([2, 0, 2])
     (3, b'c', [b'b', b'a', b'b'])
     """
+
+    def __new__(cls, paths: Any = None, *args: Any, **kwargs: Any) -> ArrayRecordDataSource:
+        if cls is ArrayRecordDataSource and _is_index(paths):  # a data-set index: bounded memory
+            from chute._sources.indexed_array_record import IndexedArrayRecordDataSource
+
+            return super().__new__(IndexedArrayRecordDataSource)
+        return super().__new__(cls)
 
     def __init__(self, paths: Any, reader_options: str | Mapping[str, Any] | None = None) -> None:
         options = _reader_options(reader_options)

@@ -44,10 +44,27 @@ class Footer:
     starts: np.ndarray  # file offset of each record chunk, then the footer's offset
     first_record: np.ndarray  # index of each chunk's first record, then the total
     writer_options: str
+    group: int = 0  # records in every chunk but the last (which holds at most that), or 0
 
     @property
     def num_records(self) -> int:
         return int(self.first_record[-1])
+
+    def chunk_records(self, c: int) -> int:
+        """The records chunk ``c`` holds."""
+        if self.group:
+            return min(self.group, self.num_records - c * self.group)
+        return int(self.first_record[c + 1] - self.first_record[c])
+
+
+def uniform_group(first_record: np.ndarray) -> int:
+    """Records per chunk when every chunk but the last holds the same number (else 0)."""
+    counts = np.diff(first_record)
+    if not len(counts) or counts[0] <= 0:
+        return 0
+    if (counts[:-1] == counts[0]).all() and 0 < counts[-1] <= counts[0]:
+        return int(counts[0])
+    return 0
 
 
 def _fields(buf: bytes, where: str) -> dict[int, list[int | bytes]]:
@@ -169,4 +186,4 @@ def parse_footer(raw: bytes, offset: int, where: str) -> Footer:
             f"{at}: the chunks hold {int(first[-1])} records, the metadata says {num_records}."
         )
     writer_options = options.decode("utf-8", "replace") if isinstance(options, bytes) else ""
-    return Footer(starts, first, writer_options)
+    return Footer(starts, first, writer_options, uniform_group(first))

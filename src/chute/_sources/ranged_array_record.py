@@ -72,6 +72,8 @@ class RangedArrayRecordReader:
         is read alone, whole).
       merge_gap_bytes: chunks at most this far apart are read as one range.
       verify_data: also check each record chunk's data hash (slow in Python).
+      footer: the file's chunk index when it is known already (from a data-set
+        index, ``array_record_index``): the file's own footer is then not read.
 
     Records come back byte for byte as array_record's ``ArrayRecordReader``
     returns them; files written with ``transpose`` are refused.
@@ -85,6 +87,7 @@ class RangedArrayRecordReader:
         max_range_bytes: int = 8 << 20,
         merge_gap_bytes: int = 64 << 10,
         verify_data: bool = False,
+        footer: Footer | None = None,
     ) -> None:
         if not isinstance(source, RangedByteSource):
             raise TypeError(
@@ -98,7 +101,7 @@ class RangedArrayRecordReader:
         self._verify = bool(verify_data)
         self._source = source
         self._name = str(source)
-        self._footer = self._read_footer()
+        self._footer = footer if footer is not None else self._read_footer()
         if "transpose:true" in self._footer.writer_options.split(","):
             raise ArrayRecordFormatError(
                 f"{self._name}: written with 'transpose:true', whose chunks {_WHAT} cannot "
@@ -165,10 +168,15 @@ class RangedArrayRecordReader:
         idx = check_indices(indices, len(self), f"{_WHAT}({self._name})", negative=False)
         if not len(idx):
             return []
-        first = self._footer.first_record
-        chunk_of = np.searchsorted(first, idx, side="right") - 1
+        group = self._footer.group
+        if group:  # chunks of equal size: no search (nor pages of the index touched)
+            chunk_of = idx // group
+            local = (idx - chunk_of * group).tolist()
+        else:
+            first = self._footer.first_record
+            chunk_of = np.searchsorted(first, idx, side="right") - 1
+            local = (idx - first[chunk_of]).tolist()
         chunks = self._chunks(np.unique(chunk_of).tolist())
-        local = (idx - first[chunk_of]).tolist()
         out = []
         for c, k in zip(chunk_of.tolist(), local):
             values, offsets = chunks[c]
@@ -211,7 +219,7 @@ class RangedArrayRecordReader:
     def _fetch(self, missing: list[int]) -> dict[int, _Chunk]:
         plan = self._plan(missing)
         buffers = self._read([(b, e - b) for b, e, _ in plan])
-        starts, first = self._footer.starts, self._footer.first_record
+        starts, footer = self._footer.starts, self._footer
         out = {}
         for (b0, _, group), buf in zip(plan, buffers):
             for c in group:
@@ -221,7 +229,7 @@ class RangedArrayRecordReader:
                     int(starts[c]),
                     self._name,
                     verify_data=self._verify,
-                    records=int(first[c + 1] - first[c]),
+                    records=footer.chunk_records(c),
                 )
                 out[c] = (values, offsets.tolist())
         return out

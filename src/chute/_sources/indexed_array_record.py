@@ -1,0 +1,155 @@
+"""``ArrayRecordDataSource`` over a data-set index: bounded memory for huge shard sets.
+
+``ArrayRecordDataSource("data/train.chute-index")`` opens the set that
+``chute index`` (or ``chute convert``) indexed: its length comes from the
+index's header, and each read maps its records to chunks through the index's
+memory-mapped arrays and reads them with chute's own ranged reader
+(``RangedArrayRecordReader``), at most ``MAX_OPEN`` shards open at once.
+Nothing is loaded per shard up front, so opening 10,000 shards costs what
+opening one does.  A shard whose size or modification time differs from the
+index's raises rather than return records from another version of it.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._core.errors import Origin, mark_origin
+from chute._sources.array_record import ArrayRecordDataSource
+from chute._sources.array_record_index import DatasetIndex, read_index
+from chute._sources.protocol import as_index, check_indices, out_of_range
+from chute._sources.ranged_array_record import RangedArrayRecordReader
+from chute._sources.ranged_source import LocalRanges
+
+__all__ = ["IndexedArrayRecordDataSource"]
+
+_WHAT = "ArrayRecordDataSource"
+MAX_OPEN = 64  # shards open at once, per process
+CACHE_BYTES = 32 << 20  # decoded chunks kept, over all open shards
+_ITER_BLOCK = 1024
+
+
+class IndexedArrayRecordDataSource(ArrayRecordDataSource):
+    """The records of the shards a ``.chute-index`` file lists (see the module docstring)."""
+
+    def __init__(self, paths: Any, reader_options: Any = None) -> None:
+        if reader_options is not None:
+            raise ValueError(
+                f"{_WHAT}: reader_options are array_record's; a source opened from an index "
+                "reads with chute's own reader and takes none."
+            )
+        self._index_path = os.fspath(paths)
+        self._setup()
+
+    def _setup(self) -> None:
+        self._index: DatasetIndex = read_index(self._index_path)
+        counts = [s.records for s in self._index.shards]
+        self._ends = np.cumsum(counts, dtype=np.int64)
+        self._len = int(self._ends[-1]) if counts else 0
+        if self._len == 0:
+            raise ValueError(f"{_WHAT}: the shards of {self._index_path!r} hold no records.")
+        self._starts = self._ends - counts
+        self._entries = [(s.path, 0, s.records, False) for s in self._index.shards]
+        self._open: collections.OrderedDict[int, RangedArrayRecordReader] = (
+            collections.OrderedDict()
+        )
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"index": self._index_path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._index_path = state["index"]
+        self._setup()
+
+    def _shard(self, k: int) -> RangedArrayRecordReader:
+        """Shard ``k``'s reader, opened on first use; the least recently used closes."""
+        if self._pid != os.getpid():  # a forked child opens its own files
+            self._setup()
+        with self._lock:
+            reader = self._open.get(k)
+            if reader is not None:
+                self._open.move_to_end(k)
+                return reader
+        shard = self._index.shards[k]
+        try:
+            st = os.stat(shard.path)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"{_WHAT}: {shard.path!r}, listed in {self._index_path!r}, does not exist."
+            ) from None
+        if (st.st_size, st.st_mtime_ns) != (shard.size, shard.mtime_ns):
+            raise ValueError(
+                f"{_WHAT}: {shard.path!r} changed since {self._index_path!r} was written "
+                f"({shard.size} bytes then, {st.st_size} now); write the index again with "
+                f"chute index, or restore the shard."
+            )
+        reader = RangedArrayRecordReader(
+            LocalRanges(shard.path),
+            cache_bytes=CACHE_BYTES // MAX_OPEN,
+            footer=self._index.footer(k),
+        )
+        with self._lock:
+            self._open[k] = reader
+            while len(self._open) > MAX_OPEN:
+                _, old = self._open.popitem(last=False)
+                old._source.close()  # type: ignore[attr-defined]
+        return reader
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, index: int) -> bytes:
+        i = index if type(index) is int else as_index(index, _WHAT)
+        if not 0 <= i < self._len:
+            raise out_of_range(i, self._len, _WHAT, negative=False)
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
+        """The records at ``indices``, in that order (repeats allowed): one read per shard."""
+        idx = check_indices(indices, self._len, _WHAT, negative=False)
+        shards = np.searchsorted(self._ends, idx, side="right")
+        local = idx - self._starts[shards]
+        out: list[Any] = [None] * len(idx)
+        for k in np.unique(shards).tolist():
+            where = np.flatnonzero(shards == k)
+            try:
+                records = self._shard(k).read(local[where])
+            except ValueError as exc:
+                first = int(idx[where[0]])
+                mark_origin(exc, Origin(index=first, file=self._entries[k][0],
+                                        record=int(local[where[0]])))  # fmt: skip
+                raise
+            for w, record in zip(where.tolist(), records):
+                out[w] = record
+        return out
+
+    def _read(self, k: int, positions: list[int]) -> list[bytes]:
+        return self._shard(k).read(positions)
+
+    def _record_location(self, index: int) -> tuple[str, int]:
+        k = int(np.searchsorted(self._ends, index, side="right"))
+        return self._entries[k][0], index - int(self._starts[k])
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Every record in order, read in blocks of consecutive records."""
+        for begin in range(0, self._len, _ITER_BLOCK):
+            yield from self.__getitems__(np.arange(begin, min(begin + _ITER_BLOCK, self._len)))
+
+    def close(self) -> None:
+        """Closes the shards open in this process; a later read opens them again."""
+        with self._lock:
+            readers, self._open = list(self._open.values()), collections.OrderedDict()
+        if self._pid == os.getpid():
+            for reader in readers:
+                reader._source.close()  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"{_WHAT}(index={self._index_path!r}, shards={len(self._entries)}, len={self._len})"

@@ -1,0 +1,152 @@
+"""ArrayRecordDataSource over a data-set index: same records, bounded memory, loud on change."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("array_record")
+pytest.importorskip("cramjam")
+
+import chute
+from chute import ArrayRecordDataSource, MapDataset, MultiprocessingOptions
+from chute._sources import indexed_array_record
+from chute._sources.array_record_index import write_index
+from chute._sources.array_record_writer import write_array_record
+from chute.cli import main
+
+
+def make_set(
+    folder: Path, shards: int = 5, records: int = 300, options: str | None = None
+) -> list[str]:
+    data = [b"r%05d-" % i + b"x" * (i % 37) for i in range(shards * records)]
+    kwargs: dict[str, Any] = {"num_shards": shards}
+    if options:
+        kwargs["options"] = options
+    return write_array_record(data, str(folder / "train"), **kwargs)
+
+
+@pytest.fixture
+def indexed(tmp_path: Path) -> tuple[list[str], str]:
+    files = make_set(tmp_path)
+    return files, write_index(files, str(tmp_path / "train.chute-index"))
+
+
+@pytest.mark.parametrize("options", [None, "group_size:100,zstd:3", "group_size:7,uncompressed"])
+def test_an_index_gives_the_same_records_as_the_shards(tmp_path: Path, options: str | None) -> None:
+    files = make_set(tmp_path, options=options)
+    index = write_index(files, str(tmp_path / "train.chute-index"))
+    src, ref = ArrayRecordDataSource(index), ArrayRecordDataSource(files)
+    assert isinstance(src, ArrayRecordDataSource) and len(src) == len(ref) == 1500
+    idx = np.random.default_rng(0).integers(0, len(src), 400)
+    assert src.__getitems__(idx) == ref.__getitems__(idx)
+    assert src[1499] == ref[1499] and src[0] == ref[0]
+    assert list(src) == list(ref)
+
+
+def test_an_indexed_source_pickles_and_runs_in_workers(indexed: tuple[list[str], str]) -> None:
+    files, index = indexed
+    src = ArrayRecordDataSource(index)
+    assert pickle.loads(pickle.dumps(src))[7] == src[7]
+    ds = MapDataset.source(src).seed(1).shuffle().to_iter_dataset()
+    plain = list(MapDataset.source(ArrayRecordDataSource(files)).seed(1).shuffle())
+    assert list(ds.mp_prefetch(MultiprocessingOptions(num_workers=2))) == [
+        plain[w + 2 * i] for i in range(750) for w in range(2)
+    ]
+
+
+def test_few_shards_are_open_at_once(
+    indexed: tuple[list[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(indexed_array_record, "MAX_OPEN", 2)
+    src = ArrayRecordDataSource(indexed[1])
+    src.__getitems__(list(range(0, 1500, 100)))  # every shard
+    assert len(src._open) <= 2
+    src.close()
+    assert not src._open
+
+
+def test_a_shard_changed_since_the_index_raises(indexed: tuple[list[str], str]) -> None:
+    files, index = indexed
+    src = ArrayRecordDataSource(index)
+    with open(files[2], "ab") as f:
+        f.write(b"more")
+    with pytest.raises(ValueError, match="changed since .* was written"):
+        src[2 * 300 + 1]
+    os.remove(files[3])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        src[3 * 300]
+
+
+def test_bad_index_files_say_what_is_wrong(tmp_path: Path, indexed: tuple[list[str], str]) -> None:
+    with pytest.raises(FileNotFoundError, match="no such index"):
+        ArrayRecordDataSource(str(tmp_path / "none.chute-index"))
+    fake = tmp_path / "fake.chute-index"
+    fake.write_bytes(b"not an index at all")
+    with pytest.raises(ValueError, match="not a chute index"):
+        ArrayRecordDataSource(str(fake))
+    cut = tmp_path / "cut.chute-index"
+    cut.write_bytes(Path(indexed[1]).read_bytes()[:-8])
+    with pytest.raises(ValueError, match="truncated"):
+        ArrayRecordDataSource(str(cut))
+    with pytest.raises(ValueError, match="takes none"):
+        ArrayRecordDataSource(indexed[1], reader_options="readahead_buffer_size:0")
+
+
+def test_an_index_beside_its_shards_moves_with_them(tmp_path: Path) -> None:
+    make_set(tmp_path / "a")
+    write_index(sorted(str(p) for p in (tmp_path / "a").glob("*.array_record")),
+                str(tmp_path / "a" / "train.chute-index"))  # fmt: skip
+    shutil.move(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert ArrayRecordDataSource(str(tmp_path / "b" / "train.chute-index"))[5].startswith(b"r")
+
+
+def test_chute_index_writes_the_index_next_to_the_shards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_set(tmp_path)
+    assert main(["index", str(tmp_path / "train-*.array_record")]) == 0
+    assert (tmp_path / "train.chute-index").exists()
+    assert len(ArrayRecordDataSource(str(tmp_path / "train.chute-index"))) == 1500
+    assert main(["index", str(tmp_path / "train@5"), "--output", str(tmp_path / "x.idx")]) == 2
+    assert "must end in .chute-index" in capsys.readouterr().err
+    assert main(["index", str(tmp_path / "none-*.array_record")]) == 2
+
+
+def test_chute_convert_writes_the_index(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(f'{{"i": {i}}}\n' for i in range(50)))
+    assert main(["convert", str(rows), str(tmp_path / "out" / "data"), "--num-shards", "2",
+                 "--no-progress"]) == 0  # fmt: skip
+    src = ArrayRecordDataSource(str(tmp_path / "out" / "data.chute-index"))
+    assert len(src) == 50
+    assert chute.ArrayRecordDataSource(str(tmp_path / "out" / "data@2"))[7] == src[7]
+
+
+def test_shards_of_uneven_chunks_are_searched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chute._sources import array_record_index
+
+    files = make_set(tmp_path, options="group_size:7")
+    monkeypatch.setattr(array_record_index, "uniform_group", lambda first: 0)
+    index = write_index(files, str(tmp_path / "train.chute-index"))
+    src, ref = ArrayRecordDataSource(index), ArrayRecordDataSource(files)
+    assert src._index.shards[0].group == 0
+    idx = np.random.default_rng(1).integers(0, len(src), 300)
+    assert src.__getitems__(idx) == ref.__getitems__(idx)
+
+
+def test_uniform_group_tells_equal_chunks() -> None:
+    from chute._sources.array_record_footer import uniform_group
+
+    assert uniform_group(np.array([0, 1, 2, 3])) == 1
+    assert uniform_group(np.array([0, 7, 14, 17])) == 7
+    assert uniform_group(np.array([0, 7, 9, 17])) == 0
+    assert uniform_group(np.array([0])) == 0
