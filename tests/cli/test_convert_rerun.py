@@ -53,6 +53,7 @@ def test_a_rerun_on_another_input_is_refused_and_overwrite_replaces(
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "out-00000-of-00002.array_record",
         "out-00001-of-00002.array_record",
+        "out.chute-index",
         "out.manifest.json",
         "rows.jsonl",
     ]
