@@ -110,18 +110,18 @@ def main() -> None:
                 return await asyncio.gather(*(one(s, e) for s, e in zip(starts, ends)))
 
             cases = {
-                "obstore get_ranges": lambda: obstore.get_ranges(
-                    store, "blob", starts=starts, ends=ends
+                "obstore get_ranges": lambda s=starts, e=ends: obstore.get_ranges(
+                    store, "blob", starts=s, ends=e
                 ),
-                "obstore get_ranges coalesce=0": lambda: obstore.get_ranges(
-                    store, "blob", starts=starts, ends=ends, coalesce=0
+                "obstore get_ranges coalesce=0": lambda s=starts, e=ends: obstore.get_ranges(
+                    store, "blob", starts=s, ends=e, coalesce=0
                 ),
-                "obstore async, 32 in flight": lambda: asyncio.run(per_range()),
-                "s3fs cat_ranges, 32 in flight": lambda: fs.cat_ranges(
-                    ["bench/blob"] * COUNT, starts, ends, batch_size=32
+                "obstore async, 32 in flight": lambda f=per_range: asyncio.run(f()),
+                "s3fs cat_ranges, 32 in flight": lambda s=starts, e=ends: fs.cat_ranges(
+                    ["bench/blob"] * COUNT, s, e, batch_size=32
                 ),
-                "s3fs cat_ranges, default batch": lambda: fs.cat_ranges(
-                    ["bench/blob"] * COUNT, starts, ends
+                "s3fs cat_ranges, default batch": lambda s=starts, e=ends: fs.cat_ranges(
+                    ["bench/blob"] * COUNT, s, e
                 ),
             }
             for name, fn in cases.items():

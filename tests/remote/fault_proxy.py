@@ -32,6 +32,9 @@ class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 256  # the default of 5 drops bursts of connections for a second
 
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that hangs up (as after an injected reset) is no news
+
 
 class FaultProxy:
     """A proxy on ``127.0.0.1`` in front of ``upstream_port``; ``url`` is its address."""
@@ -123,14 +126,18 @@ def _handler_for(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:
             try:
                 if proxy.latency:
                     time.sleep(proxy.latency)
-                if fault == "reset":
-                    self._reset()
-                elif fault is not None:
-                    self._fail(int(fault))
-                else:
-                    self._relay(body)
+                if fault is None:
+                    status, reason, headers, data = self._fetch(body)
             finally:
+                # Out before the answer leaves, so a client that sends its next request as
+                # soon as this one is answered never sees it counted twice.
                 proxy._leave()
+            if fault == "reset":
+                self._reset()
+            elif fault is not None:
+                self._fail(int(fault))
+            else:
+                self._answer(status, reason, headers, data)
 
         def _reset(self) -> None:
             linger = struct.pack("ii", 1, 0)
@@ -149,7 +156,7 @@ def _handler_for(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
-        def _relay(self, body: bytes) -> None:
+        def _fetch(self, body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
             conn = getattr(self.local, "conn", None)
             if conn is None:
                 conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=30)
@@ -164,14 +171,19 @@ def _handler_for(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:
                 conn.close()
                 self.local.conn = None
                 raise
-            self.send_response_only(reply.status, reply.reason)
-            for key, value in reply.getheaders():
-                if key.lower() not in _HOP_HEADERS and key.lower() != "content-length":
+            return reply.status, reply.reason, reply.getheaders(), data
+
+        def _answer(
+            self, status: int, reason: str, headers: list[tuple[str, str]], data: bytes
+        ) -> None:
+            self.send_response_only(status, reason)
+            length = str(len(data))
+            for key, value in headers:
+                if key.lower() == "content-length" and self.command == "HEAD":
+                    length = value  # a HEAD answer has no body but the object's length
+                elif key.lower() not in _HOP_HEADERS and key.lower() != "content-length":
                     self.send_header(key, value)
-            if self.command != "HEAD" or reply.getheader("Content-Length") is None:
-                self.send_header("Content-Length", str(len(data)))
-            else:
-                self.send_header("Content-Length", reply.getheader("Content-Length", "0"))
+            self.send_header("Content-Length", length)
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(data)

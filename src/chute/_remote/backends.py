@@ -87,12 +87,12 @@ def obstore_store(scheme: str, bucket: str) -> Any:
 def gcs_emulator_filesystem() -> Any:
     """gcsfs for ``STORAGE_EMULATOR_HOST`` (anonymous, as emulators expect)."""
     try:
-        import gcsfs
+        from gcsfs.core import GCSFileSystem  # the plain client: no gRPC bucket-type probe
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "gs:// URLs with STORAGE_EMULATOR_HOST set go through gcsfs: pip install gcsfs"
         ) from exc
-    return gcsfs.GCSFileSystem(token="anon")
+    return GCSFileSystem(token="anon")
 
 
 def is_obstore(store: object) -> bool:
