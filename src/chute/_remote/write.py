@@ -32,13 +32,13 @@ class ObjectWriter:
     it raises.
 
     Example:
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "shard-0")
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "shard-0"
         >>> with ObjectWriter(path) as w:
         ...     _ = w.write(b"abc")
-        ...     os.path.exists(path)
+        ...     path.exists()
         False
-        >>> open(path, "rb").read()
+        >>> path.read_bytes()
         b'abc'
     """
 
