@@ -32,8 +32,17 @@ def _ship_test_module_to_workers(request: pytest.FixtureRequest) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The accelerator tests run last: they start JAX's runtime in this process, after which
-    forking it is unsafe, and the worker tests that fork should see a process they can fork."""
-    items.sort(key=lambda item: item.nodeid.startswith("tests/accel/"))
+    forking it is unsafe, and the worker tests that fork should see a process they can fork.
+    The remote tests come just before them: their servers and clients leave threads running."""
+    items.sort(
+        key=lambda item: (
+            2
+            if item.nodeid.startswith("tests/accel/")
+            else 1
+            if item.nodeid.startswith("tests/remote/")
+            else 0
+        )
+    )
 
 
 @pytest.fixture(params=["fork", "forkserver"])

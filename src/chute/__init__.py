@@ -36,6 +36,7 @@ from chute._core.errors import (
     ErrorBudgetExceededError,
     FilterThresholdError,
     IteratorClosedError,
+    SourceChangedError,
     WorkerDiedError,
 )
 from chute._core.options import MultiprocessingOptions, ReadOptions
@@ -98,6 +99,7 @@ __all__ = [
     "ShardByJaxProcess",
     "ShardOptions",
     "SharedMemoryDataSource",
+    "SourceChangedError",
     "WorkerDiedError",
     "checkpoint",
     "config",

@@ -14,6 +14,8 @@ index.  The library's own exceptions form one tree, all importable from
     │                               more elements failed than the budget allows
     ├── FilterThresholdError (ValueError) a filter dropped more than
     │                               DatasetOptions.filter_raise_threshold_ratio
+    ├── SourceChangedError (OSError) an object (in a bucket, or a local file)
+    │                               changed after it was opened for reading
     └── WorkerDiedError (RuntimeError) a worker process ended without being
                                     asked to (killed, out of memory), or could
                                     not start (its note says why)
@@ -51,6 +53,10 @@ class ErrorBudgetExceededError(ChuteError, RuntimeError):
 
 class FilterThresholdError(ChuteError, ValueError):
     """A filter dropped at least ``filter_raise_threshold_ratio`` of a window."""
+
+
+class SourceChangedError(ChuteError, OSError):
+    """An object changed (another ETag or generation) after it was opened for reading."""
 
 
 class WorkerDiedError(ChuteError, RuntimeError):

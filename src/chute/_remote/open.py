@@ -1,0 +1,92 @@
+"""``open_source`` and ``list_prefix``: from a URL to a ranged source, or to a shard list."""
+
+from __future__ import annotations
+
+import fnmatch
+import glob as _glob
+import os
+from typing import Any
+
+from chute._remote import backends
+from chute._remote.local import LocalSource
+from chute._remote.retry import RetryPolicy
+from chute._remote.source import RangedSource, split_url
+
+_WILDCARDS = "*?["
+
+
+def _fsspec_path(scheme: str, bucket: str, key: str) -> str:
+    return f"{bucket}/{key}" if scheme not in ("http", "https") else f"{scheme}://{bucket}/{key}"
+
+
+def _backend(url: str, filesystem: Any) -> Any:
+    scheme, bucket, key = split_url(url)
+    if filesystem is not None:
+        if backends.is_obstore(filesystem):
+            return backends.ObstoreBackend(filesystem, key)
+        return backends.FsspecBackend(filesystem, _fsspec_path(scheme, bucket, key))
+    if scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST"):
+        return backends.FsspecBackend(backends.gcs_emulator_filesystem(), f"{bucket}/{key}")
+    return backends.ObstoreBackend(backends.obstore_store(scheme, bucket), key)
+
+
+def open_source(
+    url: str | os.PathLike[str],
+    *,
+    filesystem: Any = None,
+    max_in_flight: int = 32,
+    retry: RetryPolicy | None = None,
+) -> RangedSource | LocalSource:
+    """Opens the object at ``url`` for ranged reads; see ``chute._remote.source``.
+
+    Args:
+        url: ``s3://``, ``gs://``, ``az://``, ``https://`` or ``file://`` URL, or a path.
+        filesystem: An fsspec filesystem or an obstore store to read through instead of
+            the one the URL's scheme and the environment pick.
+        max_in_flight: The most requests one ``read_ranges`` call runs at once.
+        retry: How transient failures are retried (``RetryPolicy()``: 5 retries, 60 s).
+
+    Raises:
+        FileNotFoundError: No object at ``url``.
+        PermissionError: The credentials may not read it.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile(suffix=".bin") as f:
+        ...     _ = f.write(b"0123456789"); f.flush()
+        ...     source = open_source("file://" + f.name)
+        ...     source.size(), source.read_ranges([(2, 3)])
+        (10, [b'234'])
+    """
+    url = os.fspath(url)
+    scheme, _, key = split_url(url)
+    if scheme == "file" and filesystem is None:
+        return LocalSource(key, url)
+    return RangedSource(url, _backend(url, filesystem), max_in_flight=max_in_flight, retry=retry)
+
+
+def list_prefix(url: str | os.PathLike[str], *, filesystem: Any = None) -> list[str]:
+    """The sorted URLs of the objects a glob names (``s3://b/train-*.array_record``).
+
+    A URL without wildcards lists every object under it as a prefix.
+    """
+    url = os.fspath(url)
+    scheme, bucket, key = split_url(url)
+    pattern = key if any(c in key for c in _WILDCARDS) else key + "*"
+    if scheme == "file" and filesystem is None:
+        return sorted(p for p in _glob.glob(pattern) if os.path.isfile(p))
+    if scheme in ("http", "https"):
+        raise ValueError(f"{url!r}: http(s) servers cannot be listed; name each object.")
+    folder = pattern[: min(pattern.find(c) % (len(pattern) + 1) for c in _WILDCARDS)]
+    folder = folder.rpartition("/")[0]
+    if filesystem is None and scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST"):
+        filesystem = backends.gcs_emulator_filesystem()
+    if filesystem is not None and not backends.is_obstore(filesystem):
+        found = filesystem.find(f"{bucket}/{folder}" if folder else bucket)
+        keys = [path.split("/", 1)[1] for path in found if "/" in path]
+    else:
+        store = filesystem if filesystem is not None else backends.obstore_store(scheme, bucket)
+        obstore = backends._import_obstore()
+        listed = obstore.list(store, prefix=folder or None).collect()
+        keys = [meta["path"] for meta in listed]
+    return sorted(f"{scheme}://{bucket}/{k}" for k in keys if fnmatch.fnmatchcase(k, pattern))

@@ -1,0 +1,210 @@
+"""``open_source(url)``: a ranged byte source over an object in a bucket, or a local file.
+
+A ranged source answers ``read_ranges([(offset, length), ...])`` with one ``bytes`` per
+range, in order.  Remote ranges less than ``coalesce`` bytes apart are merged into one
+ranged GET; at most ``max_in_flight`` GETs run at once; every GET is retried on transient
+failures (see ``chute._remote.retry``) and either returns its range whole or the call
+raises, so nothing is lost or repeated.  The object's version (ETag, or a GCS generation)
+is taken at open; a read that finds another version raises ``SourceChangedError`` rather
+than mixing bytes of two versions.
+
+Where credentials and endpoints come from:
+
+* ``s3://bucket/key``: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+  ``AWS_SESSION_TOKEN``, ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``), ``AWS_ENDPOINT_URL_S3``
+  (or ``AWS_ENDPOINT_URL``; an ``http://`` endpoint is allowed), and the other ``AWS_*``
+  variables obstore reads.
+* ``gs://bucket/key``: ``GOOGLE_APPLICATION_CREDENTIALS`` (or ``GOOGLE_SERVICE_ACCOUNT``);
+  with ``STORAGE_EMULATOR_HOST`` set, the emulator at that address, anonymously (gcsfs).
+* ``az://container/blob``: ``AZURE_STORAGE_ACCOUNT_NAME``, ``AZURE_STORAGE_ACCOUNT_KEY``
+  and the other ``AZURE_*`` variables obstore reads.
+* ``https://host/path``: none; the server must answer HEAD and ranged GETs.
+* ``file://`` URLs and plain paths: read with ``os.pread``.
+
+Or pass ``filesystem=``: an fsspec filesystem or an obstore store, which then holds the
+credentials, and the URL's path (``bucket/key`` for fsspec, ``key`` for obstore) names
+the object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import urllib.parse
+from typing import Any
+
+from chute._core.errors import SourceChangedError
+from chute._remote.retry import RetryPolicy, with_retries
+
+REMOTE_SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
+
+
+def split_url(url: str) -> tuple[str, str, str]:
+    """``scheme, bucket, key`` of a URL; ``("file", "", path)`` for local paths."""
+    if not isinstance(url, (str, os.PathLike)):
+        raise TypeError(f"url must be a str or os.PathLike (got {url!r}).")
+    url = os.fspath(url)
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # C:\ on Windows
+        return "file", "", parsed.path if parsed.scheme == "file" else url
+    if parsed.scheme not in REMOTE_SCHEMES:
+        raise ValueError(
+            f"unsupported URL scheme {parsed.scheme!r} in {url!r}; expected one of "
+            f"{', '.join(s + '://' for s in REMOTE_SCHEMES)}, file:// or a local path."
+        )
+    key = parsed.path.lstrip("/")
+    if parsed.scheme in ("http", "https"):
+        folder, _, key = parsed.path.rpartition("/")
+        return parsed.scheme, parsed.netloc + folder, key
+    if not parsed.netloc or not key:
+        raise ValueError(f"{url!r} does not name an object: expected {parsed.scheme}://bucket/key")
+    return parsed.scheme, parsed.netloc, key
+
+
+class RangedSource:
+    """Reads byte ranges of one remote object concurrently, retrying transient failures.
+
+    Attributes:
+        url: The object's URL.
+        version: Its ETag or generation, taken at open (``None`` if the store has none).
+        retries: How many transient failures were retried so far.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        backend: Any,
+        *,
+        max_in_flight: int = 32,
+        retry: RetryPolicy | None = None,
+        coalesce: int = 1 << 20,
+    ) -> None:
+        if not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be an int >= 1 (got {max_in_flight!r}).")
+        self.url, self._backend = url, backend
+        self.max_in_flight, self.coalesce = max_in_flight, coalesce
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.retries = 0
+        self._lock = threading.Lock()
+        self._size, self.version = backend.run(lambda: self._guard(backend.head(), "HEAD"))
+
+    def size(self) -> int:
+        return int(self._size)
+
+    def read_all(self) -> bytes:
+        return self.read_ranges([(0, self._size)])[0] if self._size else b""
+
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """One ``bytes`` per ``(offset, length)``, in order; raises if any is out of bounds."""
+        spans = [(int(o), int(o) + int(n)) for o, n in ranges]
+        for (offset, length), (_, end) in zip(ranges, spans):
+            if offset < 0 or length < 0 or end > self._size:
+                raise ValueError(
+                    f"range (offset={offset}, length={length}) is outside {self.url} "
+                    f"({self._size} bytes)."
+                )
+        merged = _merge([s for s in spans if s[1] > s[0]], self.coalesce)
+        if not merged:
+            return [b"" for _ in spans]
+        blobs = self._backend.run(lambda: self._fetch(merged))
+        out = []
+        for start, end in spans:
+            if end == start:
+                out.append(b"")
+                continue
+            index = _covering(merged, start)
+            base = merged[index][0]
+            out.append(blobs[index][start - base : end - base])
+        return out
+
+    def close(self) -> None:
+        self._backend = None
+
+    def __enter__(self) -> RangedSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RangedSource({self.url!r}, size={self._size}, version={self.version!r})"
+
+    async def _fetch(self, merged: list[tuple[int, int]]) -> list[bytes]:
+        backend = self._backend
+        if backend is None:
+            raise ValueError(f"the source for {self.url} was closed.")
+        gate = asyncio.Semaphore(self.max_in_flight)
+
+        async def one(start: int, end: int) -> bytes:
+            async with gate:
+                data = await self._guard(backend.get(start, end, self.version), "GET", start, end)
+            if len(data) != end - start:
+                raise OSError(
+                    f"{self.url}: asked for bytes {start}-{end} and got {len(data)} bytes."
+                )
+            return data
+
+        blobs = await asyncio.gather(*(one(s, e) for s, e in merged))
+        if not backend.checks_each_read and self.version is not None:
+            _, now = await self._guard(backend.head(), "HEAD")
+            if now != self.version:
+                raise self._changed(now)
+        return list(blobs)
+
+    async def _guard(self, first: Any, verb: str, start: int = 0, end: int = 0) -> Any:
+        """Awaits ``first`` (a coroutine), retrying it, and names the URL in errors."""
+        backend, calls = self._backend, [first]
+
+        def again() -> Any:
+            if calls:
+                return calls.pop()
+            if verb == "HEAD":
+                return backend.head()
+            return backend.get(start, end, self.version)
+
+        where = f"{verb} {self.url}" + (f" bytes {start}-{end}" if verb == "GET" else "")
+        try:
+            return await with_retries(again, self.retry, self._count, lambda: where)
+        except Exception as exc:
+            raise self._translate(exc) from exc
+
+    def _count(self, exc: BaseException) -> None:
+        with self._lock:
+            self.retries += 1
+
+    def _translate(self, exc: Exception) -> Exception:
+        name = type(exc).__name__
+        if self._backend is not None and self._backend.is_changed_error(exc):
+            return self._changed(None)
+        if isinstance(exc, FileNotFoundError) or name == "NotFoundError":
+            return FileNotFoundError(f"no object at {self.url}")
+        if isinstance(exc, PermissionError) or name in (
+            "PermissionDeniedError",
+            "UnauthenticatedError",
+        ):
+            return PermissionError(f"access to {self.url} denied: {str(exc).splitlines()[0]}")
+        return exc
+
+    def _changed(self, now: str | None) -> SourceChangedError:
+        seen = f" (now {now})" if now else ""
+        return SourceChangedError(
+            f"{self.url} changed while it was being read: it was version {self.version} "
+            f"when opened{seen}. Open it again to read the new version."
+        )
+
+
+def _merge(spans: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start - merged[-1][1] <= gap:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _covering(merged: list[tuple[int, int]], start: int) -> int:
+    import bisect
+
+    return bisect.bisect_right(merged, (start, float("inf"))) - 1
