@@ -7,14 +7,14 @@ local file; ``list_prefix(pattern)`` expands a shard glob; ``write_object`` and
 (obstore) for remote URLs; local paths need nothing.
 """
 
-from chute._remote.local import LocalSource
 from chute._remote.open import list_prefix, open_source
 from chute._remote.retry import RetryBudgetExceeded, RetryPolicy
 from chute._remote.source import RangedSource
 from chute._remote.write import ObjectWriter, write_object
+from chute._sources.ranged_source import LocalRanges
 
 __all__ = [
-    "LocalSource",
+    "LocalRanges",
     "ObjectWriter",
     "RangedSource",
     "RetryBudgetExceeded",

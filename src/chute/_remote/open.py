@@ -8,9 +8,9 @@ import os
 from typing import Any
 
 from chute._remote import backends
-from chute._remote.local import LocalSource
 from chute._remote.retry import RetryPolicy
 from chute._remote.source import RangedSource, split_url
+from chute._sources.ranged_source import LocalRanges
 
 _WILDCARDS = "*?["
 
@@ -36,7 +36,7 @@ def open_source(
     filesystem: Any = None,
     max_in_flight: int = 32,
     retry: RetryPolicy | None = None,
-) -> RangedSource | LocalSource:
+) -> RangedSource | LocalRanges:
     """Opens the object at ``url`` for ranged reads; see ``chute._remote.source``.
 
     Args:
@@ -61,7 +61,9 @@ def open_source(
     url = os.fspath(url)
     scheme, _, key = split_url(url)
     if scheme == "file" and filesystem is None:
-        return LocalSource(key, url)
+        local = LocalRanges(key, url)
+        local.size()  # opens now: its version is the file's at open, as a remote object's is
+        return local
     return RangedSource(url, _backend(url, filesystem), max_in_flight=max_in_flight, retry=retry)
 
 

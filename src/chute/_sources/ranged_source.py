@@ -22,6 +22,8 @@ import os
 import threading
 from typing import Any, Protocol, runtime_checkable
 
+from chute._core.errors import SourceChangedError
+
 __all__ = ["LocalRanges", "RangedByteSource"]
 
 
@@ -64,15 +66,28 @@ class LocalRanges:
     """A local file as a ``RangedByteSource``; the file opens lazily in each process.
 
     Ranges are read one after the other with ``os.pread`` (a local disk gains
-    little from concurrency, and the calls release the GIL).
+    little from concurrency, and the calls release the GIL).  Its ``version``
+    is the file's size and modification time when it opened; a read after the
+    file changed raises ``SourceChangedError``, as an object store's does.
+
+    >>> import tempfile
+    >>> with tempfile.NamedTemporaryFile() as f:
+    ...     _ = f.write(b"hello world"); f.flush()
+    ...     with LocalRanges(f.name) as source:
+    ...         source.read_ranges([(6, 5), (0, 5)])
+    [b'world', b'hello']
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    retries = 0  # a local read is never retried (the object stores' sources count theirs)
+
+    def __init__(self, path: str | os.PathLike[str], url: str | None = None) -> None:
         self._path = os.fspath(path)
         if not isinstance(self._path, str):
             raise TypeError(f"LocalRanges: path must be a str or os.PathLike (got {path!r}).")
+        self.url = url or self._path
         self._fd: int | None = None
         self._size: int | None = None
+        self._version = ""
         self._lock = threading.Lock()
 
     @property
@@ -83,22 +98,45 @@ class LocalRanges:
         with self._lock:
             if self._fd is None or self._size is None:
                 self._fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-                self._size = os.fstat(self._fd).st_size
+                st = os.fstat(self._fd)
+                self._size, self._version = st.st_size, f"{st.st_mtime_ns}-{st.st_size}"
             return self._fd, self._size
+
+    @property
+    def version(self) -> str:
+        """The file's modification time and size when it opened."""
+        self._open()
+        return self._version
 
     def size(self) -> int:
         return self._open()[1]
 
+    def read_all(self) -> bytes:
+        return self.read_ranges([(0, self.size())])[0]
+
     def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        fd = self._open()[0]
+        fd, size = self._open()
+        st = os.fstat(fd)
+        if f"{st.st_mtime_ns}-{st.st_size}" != self._version:
+            raise SourceChangedError(
+                f"{self.url} changed while it was being read (it was version {self._version} "
+                "when opened). Open it again to read the new version."
+            )
         out = []
         for offset, length in ranges:
-            if offset < 0 or length < 0:
+            if offset < 0 or length < 0 or offset + length > size:
                 raise ValueError(
-                    f"{self}: ranges need offset >= 0 and length >= 0 (got ({offset}, {length}))."
+                    f"{self}: range (offset={offset}, length={length}) is outside the file "
+                    f"({size} bytes)."
                 )
             out.append(_pread_all(fd, length, offset))
         return out
+
+    def __enter__(self) -> LocalRanges:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         with self._lock:
@@ -113,10 +151,10 @@ class LocalRanges:
             pass
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": self._path}
+        return {"path": self._path, "url": self.url}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"])  # type: ignore[misc]
+        LocalRanges.__init__(self, state["path"], state.get("url"))
 
     def __repr__(self) -> str:
         return f"LocalRanges({self._path!r})"
