@@ -77,7 +77,7 @@ def test_a_shard_changed_since_the_index_raises(indexed: tuple[list[str], str]) 
     src = ArrayRecordDataSource(index)
     with open(files[2], "ab") as f:
         f.write(b"more")
-    with pytest.raises(ValueError, match="changed since .* was written"):
+    with pytest.raises(chute.SourceChangedError, match="changed since .* was written"):
         src[2 * 300 + 1]
     os.remove(files[3])
     with pytest.raises(FileNotFoundError, match="does not exist"):

@@ -15,7 +15,7 @@ import re
 from chute._cli.decode import human_size
 from chute._cli.errors import CliError
 from chute._sources.array_record_format import ArrayRecordFormatError
-from chute._sources.array_record_index import SUFFIX, write_index
+from chute._sources.array_record_index import SUFFIX, is_url, write_index
 from chute._sources.array_record_paths import expand
 
 __all__ = ["default_index_path", "register", "run"]
@@ -53,7 +53,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Runs ``chute index``; returns the exit status."""
     try:
-        files = [f for f, _, _ in expand(args.shards)]
+        if is_url(args.shards):  # a bucket: a glob or a prefix of its objects
+            from chute._remote import list_prefix
+
+            files = list_prefix(args.shards)
+        else:
+            files = [f for f, _, _ in expand(args.shards)]
     except (OSError, ValueError) as exc:
         raise CliError(f"{args.shards}: {exc}") from None
     if not files:
@@ -67,5 +72,6 @@ def run(args: argparse.Namespace) -> int:
         write_index(files, output)
     except (OSError, ArrayRecordFormatError) as exc:
         raise CliError(f"{args.shards}: cannot index: {exc}") from None
-    print(f"{output}: {len(files)} shard(s) indexed, {human_size(os.path.getsize(output))}")
+    size = "" if is_url(output) else f", {human_size(os.path.getsize(output))}"
+    print(f"{output}: {len(files)} shard(s) indexed{size}")
     return 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +33,16 @@ from chute._sources.array_record_footer import Footer, uniform_group
 from chute._sources.ranged_array_record import RangedArrayRecordReader
 from chute._sources.ranged_source import LocalRanges
 
-__all__ = ["SUFFIX", "DatasetIndex", "IndexedShard", "is_index", "read_index", "write_index"]
+__all__ = [
+    "SUFFIX",
+    "DatasetIndex",
+    "IndexedShard",
+    "is_index",
+    "is_url",
+    "open_ranged",
+    "read_index",
+    "write_index",
+]
 
 SUFFIX = ".chute-index"
 _MAGIC = b"CHUTEIX1"
@@ -40,23 +50,46 @@ _ALIGN = 64
 _VERSION = 1
 
 
+def is_url(path: str) -> bool:
+    """Whether ``path`` is an object-store URL (``s3://``, ``gs://``, ...), not a local file."""
+    scheme = path.split("://", 1)[0] if "://" in path else ""
+    return scheme not in ("", "file")
+
+
+def open_ranged(path: str) -> Any:
+    """A ranged byte source for a local path (``LocalRanges``) or an object-store URL."""
+    if not is_url(path):
+        return LocalRanges(path[len("file://") :] if path.startswith("file://") else path)
+    from chute._remote import open_source  # the object stores need chute[remote]
+
+    return open_source(path)
+
+
 class _File:
-    """The index file, opened once per process, read with ``pread``."""
+    """The index file, opened once per process and read by ranges."""
 
     def __init__(self, path: str) -> None:
-        self.path, self._fd, self._pid = path, -1, -1
+        self.path, self.remote = path, is_url(path)
+        self._source: Any = None
+        self._pid = -1
 
     def int64(self, offset: int, count: int) -> np.ndarray:
-        if self._pid != os.getpid():  # a forked child opens its own descriptor
-            self._fd, self._pid = os.open(self.path, os.O_RDONLY), os.getpid()
-        data = os.pread(self._fd, 8 * count, offset)
-        if len(data) != 8 * count:
-            raise ValueError(f"ArrayRecordDataSource: {self.path!r} is truncated.")
-        return np.frombuffer(data, "<i8")
+        return np.frombuffer(self.read([(offset, 8 * count)])[0], "<i8")
 
-    def __del__(self) -> None:
-        if self._fd >= 0 and self._pid == os.getpid():
-            os.close(self._fd)
+    def _opened(self) -> Any:
+        if self._pid != os.getpid():  # a forked child opens its own
+            self._source, self._pid = open_ranged(self.path), os.getpid()
+        return self._source
+
+    def size(self) -> int:
+        return int(self._opened().size())
+
+    def read(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        self._opened()
+        try:
+            return list(self._source.read_ranges(ranges))
+        except ValueError as exc:  # a range past the end
+            raise ValueError(f"ArrayRecordDataSource: {self.path!r} is truncated: {exc}") from exc
 
 
 class _Column:
@@ -91,6 +124,7 @@ class IndexedShard:
     at: int  # where its entries start in both arrays
     chunks: int
     group: int  # records in every chunk but the last, if that is so; else 0
+    version: str = ""  # an object's ETag or generation, for shards in a bucket
 
 
 @dataclass(frozen=True)
@@ -109,12 +143,14 @@ class DatasetIndex:
         them; otherwise its record numbers are read now, for the search."""
         shard = self.shards[k]
         n = shard.chunks + 1
-        starts_at = self.starts_at + 8 * shard.at
-        if shard.group:
-            first: Any = _Column(self.file, self.first_at + 8 * shard.at, n)
+        starts_at, first_at = self.starts_at + 8 * shard.at, self.first_at + 8 * shard.at
+        if shard.group and not self.file.remote:
+            first: Any = _Column(self.file, first_at, n)
             return Footer(_Column(self.file, starts_at, n), first, shard.options, shard.group)  # type: ignore[arg-type]
-        starts = self.file.int64(starts_at, n)
-        return Footer(starts, self.file.int64(self.first_at + 8 * shard.at, n), shard.options)
+        # In a bucket, one request for both arrays beats one per entry.
+        starts, firsts = self.file.read([(starts_at, 8 * n), (first_at, 8 * n)])
+        return Footer(np.frombuffer(starts, "<i8"), np.frombuffer(firsts, "<i8"), shard.options,
+                      shard.group)  # fmt: skip
 
 
 def is_index(paths: Any) -> bool:
@@ -130,20 +166,18 @@ def write_index(files: Sequence[str], path: str) -> str:
     """
     if not files:
         raise ValueError(f"write_index: no files to index for {path!r}.")
-    folder = os.path.dirname(os.path.abspath(path))
     shards, starts, firsts, at = [], [], [], 0
     for f in files:
-        source = LocalRanges(f)
+        source = open_ranged(f)
         try:
             footer = RangedArrayRecordReader(source, cache_bytes=0)._footer
+            size, version = source.size(), str(getattr(source, "version", ""))
         finally:
             source.close()
-        st = os.stat(f)
-        absolute = os.path.abspath(f)
-        inside = os.path.commonpath([folder, absolute]) == folder
+        mtime = 0 if is_url(f) else os.stat(f).st_mtime_ns
         shards.append({
-            "path": os.path.relpath(absolute, folder) if inside else absolute,
-            "size": st.st_size, "mtime_ns": st.st_mtime_ns, "records": footer.num_records,
+            "path": _relative(f, path), "size": size, "mtime_ns": mtime,
+            "version": version if is_url(f) else "", "records": footer.num_records,
             "options": footer.writer_options, "at": at, "chunks": len(footer.starts) - 1,
             "group": uniform_group(footer.first_record),
         })  # fmt: skip
@@ -153,49 +187,68 @@ def write_index(files: Sequence[str], path: str) -> str:
     header = json.dumps({"version": _VERSION, "shards": shards, "entries": at}).encode()
     head = len(_MAGIC) + 8 + len(header)
     pad = -head % _ALIGN
+    parts = [_MAGIC + len(header).to_bytes(8, "little") + header + b"\0" * pad]
+    parts += [a.astype("<i8").tobytes() for arrays in (starts, firsts) for a in arrays]
+    if is_url(path):
+        from chute._remote import write_object
+
+        write_object(path, parts)  # all or nothing
+        return path
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as out:
-        out.write(_MAGIC + len(header).to_bytes(8, "little") + header + b"\0" * pad)
-        for arrays in (starts, firsts):
-            for a in arrays:
-                out.write(a.astype("<i8").tobytes())
+        out.writelines(parts)
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, path)
     return path
 
 
+def _relative(shard: str, index: str) -> str:
+    """``shard`` as the index records it: relative to the index's folder when below it."""
+    if is_url(index) or is_url(shard):
+        folder = posixpath.dirname(index) + "/"
+        return shard[len(folder) :] if shard.startswith(folder) else shard
+    folder, absolute = os.path.dirname(os.path.abspath(index)), os.path.abspath(shard)
+    inside = os.path.commonpath([folder, absolute]) == folder
+    return os.path.relpath(absolute, folder) if inside else absolute
+
+
+def _resolved(shard: str, index: str) -> str:
+    if is_url(shard) or os.path.isabs(shard):
+        return shard
+    if is_url(index):
+        return posixpath.join(posixpath.dirname(index), shard)
+    return os.path.join(os.path.dirname(os.path.abspath(index)), shard)
+
+
 def read_index(path: str) -> DatasetIndex:
-    """The index at ``path``, its arrays memory-mapped; errors name the file."""
+    """The index at ``path`` (a local file or a URL): its header; errors name the file."""
+    path = os.fspath(path)
+    file = _File(path)
     try:
-        with open(path, "rb") as f:
-            magic = f.read(len(_MAGIC))
-            length = int.from_bytes(f.read(8), "little")
-            header = f.read(length) if magic == _MAGIC else b""
+        size = file.size()
+        head = file.read([(0, min(size, len(_MAGIC) + 8))])[0]
     except FileNotFoundError:
         raise FileNotFoundError(f"ArrayRecordDataSource: no such index file: {path!r}.") from None
-    if magic != _MAGIC or len(header) != length:
+    magic, length = head[: len(_MAGIC)], int.from_bytes(head[len(_MAGIC) :], "little")
+    if magic != _MAGIC or len(_MAGIC) + 8 + length > size:
         raise ValueError(
             f"ArrayRecordDataSource: {path!r} is not a chute index (written by "
             "chute index or chute convert); make one with: chute index SHARDS --output "
             f"{path}"
         )
-    meta = json.loads(header)
+    meta = json.loads(file.read([(len(_MAGIC) + 8, length)])[0])
     if meta.get("version") != _VERSION:
         raise ValueError(
             f"ArrayRecordDataSource: {path!r} has index version {meta.get('version')}, this "
             f"chute reads version {_VERSION}; write it again with chute index."
         )
-    head = len(_MAGIC) + 8 + length
-    offset = head + (-head % _ALIGN)
+    head_size = len(_MAGIC) + 8 + length
+    offset = head_size + (-head_size % _ALIGN)
     entries = int(meta["entries"])
-    size = os.path.getsize(path)
     if size != offset + 16 * entries:
         raise ValueError(f"ArrayRecordDataSource: {path!r} is truncated ({size} bytes).")
-    folder = os.path.dirname(os.path.abspath(path))
     shards = tuple(
-        IndexedShard(**{**s, "path": os.path.join(folder, s["path"])}) for s in meta["shards"]
+        IndexedShard(**{**s, "path": _resolved(s["path"], path)}) for s in meta["shards"]
     )
-    return DatasetIndex(
-        os.fspath(path), shards, _File(os.fspath(path)), offset, offset + 8 * entries
-    )
+    return DatasetIndex(path, shards, file, offset, offset + 8 * entries)

@@ -20,12 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from chute._core.errors import Origin, mark_origin
+from chute._core.errors import Origin, SourceChangedError, mark_origin
 from chute._sources.array_record import ArrayRecordDataSource
-from chute._sources.array_record_index import DatasetIndex, read_index
+from chute._sources.array_record_index import (
+    DatasetIndex,
+    IndexedShard,
+    is_url,
+    open_ranged,
+    read_index,
+)
 from chute._sources.protocol import as_index, check_indices, out_of_range
 from chute._sources.ranged_array_record import RangedArrayRecordReader
-from chute._sources.ranged_source import LocalRanges
 
 __all__ = ["IndexedArrayRecordDataSource"]
 
@@ -33,6 +38,15 @@ _WHAT = "ArrayRecordDataSource"
 MAX_OPEN = 64  # shards open at once, per process
 CACHE_BYTES = 32 << 20  # decoded chunks kept, over all open shards
 _ITER_BLOCK = 1024
+
+
+def _unchanged(shard: IndexedShard, source: Any) -> bool:
+    """Whether a shard is as the index saw it: size and mtime, or size and ETag in a bucket."""
+    if is_url(shard.path):
+        version = str(getattr(source, "version", ""))
+        return bool(source.size() == shard.size and (not shard.version or version == shard.version))
+    st = os.stat(shard.path)
+    return (st.st_size, st.st_mtime_ns) == (shard.size, shard.mtime_ns)
 
 
 class IndexedArrayRecordDataSource(ArrayRecordDataSource):
@@ -80,21 +94,21 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                 return reader
         shard = self._index.shards[k]
         try:
-            st = os.stat(shard.path)
+            source = open_ranged(shard.path)
+            size = source.size()
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"{_WHAT}: {shard.path!r}, listed in {self._index_path!r}, does not exist."
             ) from None
-        if (st.st_size, st.st_mtime_ns) != (shard.size, shard.mtime_ns):
-            raise ValueError(
+        if not _unchanged(shard, source):
+            source.close()
+            raise SourceChangedError(
                 f"{_WHAT}: {shard.path!r} changed since {self._index_path!r} was written "
-                f"({shard.size} bytes then, {st.st_size} now); write the index again with "
+                f"({shard.size} bytes then, {size} now); write the index again with "
                 f"chute index, or restore the shard."
             )
         reader = RangedArrayRecordReader(
-            LocalRanges(shard.path),
-            cache_bytes=CACHE_BYTES // MAX_OPEN,
-            footer=self._index.footer(k),
+            source, cache_bytes=CACHE_BYTES // MAX_OPEN, footer=self._index.footer(k)
         )
         with self._lock:
             self._open[k] = reader

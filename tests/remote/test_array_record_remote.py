@@ -1,0 +1,68 @@
+"""ArrayRecord sets in a bucket, opened from their index: the local records, byte for byte."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute
+from chute import ArrayRecordDataSource, MapDataset
+from chute._sources.array_record_index import write_index
+from chute._sources.array_record_writer import write_array_record
+from chute.cli import main
+
+pytest.importorskip("array_record")
+
+
+@pytest.fixture(params=["s3", "gcs"])
+def store(request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue(request.param)
+
+
+def upload(store: Any, tmp_path: Path, options: str = "zstd:3") -> tuple[list[str], list[str]]:
+    data = [b"rec%05d:" % i + b"z" * (i % 300) for i in range(1200)]
+    files = write_array_record(data, str(tmp_path / "train"), num_shards=4, options=options)
+    return [store.put(f"data/{Path(f).name}", Path(f).read_bytes()) for f in files], files
+
+
+def test_a_bucket_set_opened_from_its_index_reads_the_local_records(
+    store: Any, tmp_path: Path
+) -> None:
+    urls, files = upload(store, tmp_path)
+    index = write_index(urls, store.url("data/train.chute-index"))
+    remote, local = ArrayRecordDataSource(index), ArrayRecordDataSource(files)
+    assert len(remote) == len(local) == 1200
+    idx = np.random.default_rng(0).integers(0, 1200, 300)
+    assert remote.__getitems__(idx) == local.__getitems__(idx)
+    shuffled = MapDataset.source(remote).seed(3).shuffle().batch(64).to_iter_dataset()
+    expected = MapDataset.source(local).seed(3).shuffle().batch(64).to_iter_dataset()
+    assert [list(b) for b in shuffled] == [list(b) for b in expected]
+
+
+def test_reads_from_a_flaky_bucket_are_whole_and_retried(s3: Any, tmp_path: Path) -> None:
+    urls, files = upload(s3, tmp_path, options="group_size:10,uncompressed")
+    index = write_index(urls, s3.url("data/train.chute-index"))
+    remote, local = ArrayRecordDataSource(index), ArrayRecordDataSource(files)
+    s3.proxy.configure(fault_rate=0.2, faults=(503, "reset"), seed=11, methods=("GET", "HEAD"))
+    idx = np.random.default_rng(1).integers(0, 1200, 200)
+    assert remote.__getitems__(idx) == local.__getitems__(idx)
+    assert s3.proxy.injected > 0
+
+
+def test_a_shard_replaced_in_the_bucket_raises(s3: Any, tmp_path: Path) -> None:
+    urls, _ = upload(s3, tmp_path)
+    index = write_index(urls, s3.url("data/train.chute-index"))
+    source = ArrayRecordDataSource(index)
+    other = (tmp_path / "train-00000-of-00004.array_record").read_bytes()
+    s3.put("data/train-00001-of-00004.array_record", other)  # another shard's bytes
+    with pytest.raises(chute.SourceChangedError, match="changed since"):
+        source[300]
+
+
+def test_chute_index_indexes_a_bucket_glob(s3: Any, tmp_path: Path) -> None:
+    upload(s3, tmp_path)
+    assert main(["index", s3.url("data/train-*.array_record")]) == 0
+    assert len(ArrayRecordDataSource(s3.url("data/train.chute-index"))) == 1200
