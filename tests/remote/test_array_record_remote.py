@@ -66,3 +66,21 @@ def test_chute_index_indexes_a_bucket_glob(s3: Any, tmp_path: Path) -> None:
     upload(s3, tmp_path)
     assert main(["index", s3.url("data/train-*.array_record")]) == 0
     assert len(ArrayRecordDataSource(s3.url("data/train.chute-index"))) == 1200
+
+
+def test_bucket_shards_without_an_index_open_by_glob_and_pickle(store: Any, tmp_path: Path) -> None:
+    import pickle
+
+    urls, files = upload(store, tmp_path)
+    remote = ArrayRecordDataSource(store.url("data/train-*.array_record"))
+    local = ArrayRecordDataSource(files)
+    assert remote.paths == urls and len(remote) == 1200
+    idx = np.random.default_rng(2).integers(0, 1200, 100)
+    assert remote.__getitems__(idx) == local.__getitems__(idx)
+    assert pickle.loads(pickle.dumps(remote))[77] == local[77]
+    assert ArrayRecordDataSource(urls[1:3])[0] == local[300]
+
+
+def test_a_bucket_glob_that_matches_nothing_says_so(s3: Any) -> None:
+    with pytest.raises(FileNotFoundError, match="no objects match"):
+        ArrayRecordDataSource(s3.url("nothing-*.array_record"))

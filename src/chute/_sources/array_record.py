@@ -44,6 +44,7 @@ _WHAT = "ArrayRecordDataSource"
 # These are the options that array_record's own documentation gives for it.
 _DEFAULT_OPTIONS = {"readahead_buffer_size": "0", "max_parallelism": "0"}
 _GROUP = re.compile(r"(?:^|,)group_size:(\d+)")
+_URL = re.compile(r"^(s3|gs|az|abfs|http|https)://")  # the object stores chute._remote reads
 _REPR_FILES = 4
 _ITER_BLOCK = 1024
 
@@ -107,7 +108,16 @@ def _open(path: str, options: str) -> Any:
 
 
 def _is_index(paths: Any) -> bool:
+    """A data-set index (``chute index``): read with bounded memory by chute's own reader."""
     return isinstance(paths, (str, os.PathLike)) and os.fspath(paths).endswith(".chute-index")
+
+
+def _in_bucket(paths: Any) -> bool:
+    """Object-store URLs (``s3://``, ``gs://``, ...), which array_record cannot open."""
+    given = [paths] if isinstance(paths, (str, os.PathLike)) else paths
+    if not isinstance(given, Sequence) or not given:
+        return False
+    return all(isinstance(p, (str, os.PathLike)) and _URL.match(os.fspath(p)) for p in given)
 
 
 def _fingerprint(path: str) -> tuple[int, int]:
@@ -213,7 +223,7 @@ class ArrayRecordDataSource:
     """
 
     def __new__(cls, paths: Any = None, *args: Any, **kwargs: Any) -> ArrayRecordDataSource:
-        if cls is ArrayRecordDataSource and _is_index(paths):  # a data-set index: bounded memory
+        if cls is ArrayRecordDataSource and (_is_index(paths) or _in_bucket(paths)):
             from chute._sources.indexed_array_record import IndexedArrayRecordDataSource
 
             return super().__new__(IndexedArrayRecordDataSource)

@@ -24,6 +24,7 @@ import json
 import os
 import posixpath
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +39,7 @@ __all__ = [
     "DatasetIndex",
     "IndexedShard",
     "is_index",
+    "index_in_memory",
     "is_url",
     "open_ranged",
     "read_index",
@@ -133,14 +135,17 @@ class DatasetIndex:
 
     path: str
     shards: tuple[IndexedShard, ...]
-    file: _File
+    file: _File | None  # None: built in memory (``footers`` holds every shard's)
     starts_at: int  # file offsets of the two arrays
     first_at: int
+    footers: tuple[Footer, ...] = ()
 
     def footer(self, k: int) -> Footer:
         """Shard ``k``'s chunk index.  Where its chunks are all the same size (as
         ``group_size`` writes them), its entries are read one by one as reads need
         them; otherwise its record numbers are read now, for the search."""
+        if self.file is None:
+            return self.footers[k]
         shard = self.shards[k]
         n = shard.chunks + 1
         starts_at, first_at = self.starts_at + 8 * shard.at, self.first_at + 8 * shard.at
@@ -166,24 +171,12 @@ def write_index(files: Sequence[str], path: str) -> str:
     """
     if not files:
         raise ValueError(f"write_index: no files to index for {path!r}.")
-    shards, starts, firsts, at = [], [], [], 0
-    for f in files:
-        source = open_ranged(f)
-        try:
-            footer = RangedArrayRecordReader(source, cache_bytes=0)._footer
-            size, version = source.size(), str(getattr(source, "version", ""))
-        finally:
-            source.close()
-        mtime = 0 if is_url(f) else os.stat(f).st_mtime_ns
-        shards.append({
-            "path": _relative(f, path), "size": size, "mtime_ns": mtime,
-            "version": version if is_url(f) else "", "records": footer.num_records,
-            "options": footer.writer_options, "at": at, "chunks": len(footer.starts) - 1,
-            "group": uniform_group(footer.first_record),
-        })  # fmt: skip
-        starts.append(np.asarray(footer.starts, np.int64))
-        firsts.append(np.asarray(footer.first_record, np.int64))
-        at += len(footer.starts)
+    shards, footers = _footers(files)
+    starts = [np.asarray(f.starts, np.int64) for f in footers]
+    firsts = [np.asarray(f.first_record, np.int64) for f in footers]
+    at = sum(len(f.starts) for f in footers)
+    for shard in shards:
+        shard["path"] = _relative(shard["path"], path)
     header = json.dumps({"version": _VERSION, "shards": shards, "entries": at}).encode()
     head = len(_MAGIC) + 8 + len(header)
     pad = -head % _ALIGN
@@ -201,6 +194,40 @@ def write_index(files: Sequence[str], path: str) -> str:
         os.fsync(out.fileno())
     os.replace(tmp, path)
     return path
+
+
+def _footer_of(f: str) -> tuple[dict[str, Any], Footer]:
+    source = open_ranged(f)
+    try:
+        footer = RangedArrayRecordReader(source, cache_bytes=0)._footer
+        size, version = source.size(), str(getattr(source, "version", ""))
+    finally:
+        source.close()
+    shard = {
+        "path": f, "size": size, "mtime_ns": 0 if is_url(f) else os.stat(f).st_mtime_ns,
+        "version": version if is_url(f) else "", "records": footer.num_records,
+        "options": footer.writer_options, "at": 0, "chunks": len(footer.starts) - 1,
+        "group": uniform_group(footer.first_record),
+    }  # fmt: skip
+    return shard, footer
+
+
+def _footers(files: Sequence[str]) -> tuple[list[dict[str, Any]], list[Footer]]:
+    """Every shard's entry and footer, read concurrently (16 at a time), in order."""
+    with ThreadPoolExecutor(min(16, len(files))) as pool:
+        found = list(pool.map(_footer_of, files))
+    shards, footers, at = [], [], 0
+    for shard, footer in found:
+        shard["at"], at = at, at + len(footer.starts)
+        shards.append(shard)
+        footers.append(footer)
+    return shards, footers
+
+
+def index_in_memory(files: Sequence[str]) -> DatasetIndex:
+    """The index of ``files`` read now and held in memory (for shards without an index file)."""
+    shards, footers = _footers(files)
+    return DatasetIndex("", tuple(IndexedShard(**s) for s in shards), None, 0, 0, tuple(footers))
 
 
 def _relative(shard: str, index: str) -> str:

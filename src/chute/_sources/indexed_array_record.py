@@ -23,8 +23,9 @@ import numpy as np
 from chute._core.errors import Origin, SourceChangedError, mark_origin
 from chute._sources.array_record import ArrayRecordDataSource
 from chute._sources.array_record_index import (
-    DatasetIndex,
+    SUFFIX,
     IndexedShard,
+    index_in_memory,
     is_url,
     open_ranged,
     read_index,
@@ -56,13 +57,16 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         if reader_options is not None:
             raise ValueError(
                 f"{_WHAT}: reader_options are array_record's; a source opened from an index "
-                "reads with chute's own reader and takes none."
+                "or from a bucket reads with chute's own reader and takes none."
             )
-        self._index_path = os.fspath(paths)
+        if isinstance(paths, (str, os.PathLike)) and os.fspath(paths).endswith(SUFFIX):
+            self._index_path, self._index = os.fspath(paths), read_index(os.fspath(paths))
+        else:  # shards in a bucket, without an index file: every footer is read now
+            files = bucket_files(paths)
+            self._index_path, self._index = "", index_in_memory(files)
         self._setup()
 
     def _setup(self) -> None:
-        self._index: DatasetIndex = read_index(self._index_path)
         counts = [s.records for s in self._index.shards]
         self._ends = np.cumsum(counts, dtype=np.int64)
         self._len = int(self._ends[-1]) if counts else 0
@@ -77,15 +81,20 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"index": self._index_path}
+        if self._index_path:  # each process reads the index file's header itself
+            return {"index": self._index_path}
+        return {"index": "", "in_memory": self._index}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._index_path = state["index"]
+        self._index = state.get("in_memory") or read_index(self._index_path)
         self._setup()
 
     def _shard(self, k: int) -> RangedArrayRecordReader:
         """Shard ``k``'s reader, opened on first use; the least recently used closes."""
         if self._pid != os.getpid():  # a forked child opens its own files
+            if self._index_path:
+                self._index = read_index(self._index_path)
             self._setup()
         with self._lock:
             reader = self._open.get(k)
@@ -166,4 +175,19 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                 reader._source.close()  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
-        return f"{_WHAT}(index={self._index_path!r}, shards={len(self._entries)}, len={self._len})"
+        where = f"index={self._index_path!r}" if self._index_path else f"paths={self.paths[0]!r}..."
+        return f"{_WHAT}({where}, shards={len(self._entries)}, len={self._len})"
+
+
+def bucket_files(paths: Any) -> list[str]:
+    """The shard URLs that ``paths`` names: URLs, globs of them, or a list of those."""
+    from chute._remote import list_prefix
+
+    given = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    files: list[str] = []
+    for p in given:
+        p = os.fspath(p)
+        files += list_prefix(p) if any(c in p for c in "*?[") else [p]
+    if not files:
+        raise FileNotFoundError(f"{_WHAT}: no objects match {paths!r}.")
+    return files
