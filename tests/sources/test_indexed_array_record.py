@@ -150,3 +150,16 @@ def test_uniform_group_tells_equal_chunks() -> None:
     assert uniform_group(np.array([0, 7, 14, 17])) == 7
     assert uniform_group(np.array([0, 7, 9, 17])) == 0
     assert uniform_group(np.array([0])) == 0
+
+
+def test_a_checkpoint_crosses_between_files_and_index(indexed: tuple[list[str], str]) -> None:
+    files, index = indexed
+
+    def pipeline(paths: Any) -> Any:
+        return MapDataset.source(ArrayRecordDataSource(paths)).seed(0).shuffle().to_iter_dataset()
+
+    it = iter(pipeline(files))
+    head = [next(it) for _ in range(37)]
+    resumed = iter(pipeline(index))
+    resumed.set_state(it.get_state())
+    assert head + list(resumed) == list(pipeline(files))

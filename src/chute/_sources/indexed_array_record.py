@@ -53,6 +53,8 @@ def _unchanged(shard: IndexedShard, source: Any) -> bool:
 class IndexedArrayRecordDataSource(ArrayRecordDataSource):
     """The records of the shards a ``.chute-index`` file lists (see the module docstring)."""
 
+    _public_name = _WHAT  # checkpoints cross to and from the same set read as files
+
     def __init__(self, paths: Any, reader_options: Any = None) -> None:
         if reader_options is not None:
             raise ValueError(

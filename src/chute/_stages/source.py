@@ -35,7 +35,9 @@ class SourceMapDataset(MapDataset[Any]):
             )
         self._source = source
         self._length = len(source)
-        self._label = f"source {type(source).__name__}"
+        # A source may go by its public name (the same data read another way: from an
+        # index, from a bucket), so checkpoints cross between the ways of reading it.
+        self._label = f"source {getattr(type(source), '_public_name', type(source).__name__)}"
         self._read_many = getattr(source, "__getitems__", None)
         if self._read_many is None and isinstance(source, (list, tuple)):
             self._read_many = functools.partial(_pick, source)
