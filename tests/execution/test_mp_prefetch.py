@@ -367,3 +367,12 @@ def test_uneven_arrays_in_a_worker_batch_raise_the_usual_error() -> None:
     with pytest.raises(ValueError, match="cannot stack arrays of different shapes"):
         next(it)
     it.close()
+
+
+def test_a_process_that_read_a_bucket_does_not_fork_its_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from chute._execution import processes
+
+    monkeypatch.setitem(sys.modules, "obstore", sys.modules.get("obstore") or object())
+    assert "obstore" in (processes.fork_unsafe_reason() or "")

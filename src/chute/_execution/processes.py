@@ -80,6 +80,8 @@ def fork_unsafe_reason() -> str | None:
         return "CUDA is initialised"
     if "tensorflow" in sys.modules:
         return "TensorFlow is imported"
+    if "obstore" in sys.modules:  # imported by chute only to read a bucket: its runtime runs
+        return "obstore's runtime (object-store reads) does not survive a fork"
     return None
 
 

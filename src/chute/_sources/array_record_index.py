@@ -64,7 +64,12 @@ def open_ranged(path: str) -> Any:
         return LocalRanges(path[len("file://") :] if path.startswith("file://") else path)
     from chute._remote import open_source  # the object stores need chute[remote]
 
-    return open_source(path)
+    source = open_source(path)
+    # The ArrayRecord reader merges neighbouring chunks itself (64 KiB apart at most);
+    # merging far-apart records of a shuffled batch would fetch the bytes between them.
+    if hasattr(source, "coalesce"):
+        source.coalesce = 64 << 10
+    return source
 
 
 class _File:

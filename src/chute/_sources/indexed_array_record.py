@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from chute._core.errors import Origin, SourceChangedError, mark_origin
+from chute._execution.daemon_pool import DaemonPool
 from chute._sources.array_record import ArrayRecordDataSource
 from chute._sources.array_record_index import (
     SUFFIX,
@@ -37,6 +38,7 @@ __all__ = ["IndexedArrayRecordDataSource"]
 
 _WHAT = "ArrayRecordDataSource"
 MAX_OPEN = 64  # shards open at once, per process
+SHARDS_AT_ONCE = 16  # shards in a bucket read at once by one batch
 CACHE_BYTES = 32 << 20  # decoded chunks kept, over all open shards
 _ITER_BLOCK = 1024
 
@@ -81,6 +83,9 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         )
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._remote = any(is_url(s.path) for s in self._index.shards)
+        self._threads: DaemonPool | None = None
+        self._threads_pid = -1
 
     def __getstate__(self) -> dict[str, Any]:
         if self._index_path:  # each process reads the index file's header itself
@@ -143,8 +148,9 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         shards = np.searchsorted(self._ends, idx, side="right")
         local = idx - self._starts[shards]
         out: list[Any] = [None] * len(idx)
-        for k in np.unique(shards).tolist():
-            where = np.flatnonzero(shards == k)
+        groups = [(k, np.flatnonzero(shards == k)) for k in np.unique(shards).tolist()]
+
+        def read(k: int, where: np.ndarray) -> None:
             try:
                 records = self._shard(k).read(local[where])
             except ValueError as exc:
@@ -154,7 +160,20 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                 raise
             for w, record in zip(where.tolist(), records):
                 out[w] = record
+
+        if len(groups) > 1 and self._remote:  # in a bucket: the shards' requests overlap
+            for future in [self._pool().submit(read, k, where) for k, where in groups]:
+                future.result()
+        else:
+            for k, where in groups:
+                read(k, where)
         return out
+
+    def _pool(self) -> DaemonPool:
+        if self._threads is None or self._threads_pid != os.getpid():
+            self._threads = DaemonPool(SHARDS_AT_ONCE, thread_name_prefix="chute-shards")
+            self._threads_pid = os.getpid()
+        return self._threads
 
     def _read(self, k: int, positions: list[int]) -> list[bytes]:
         return self._shard(k).read(positions)
