@@ -33,7 +33,6 @@ Run through ``bash benchmarks/run remote``; see README.md.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 import subprocess
@@ -42,13 +41,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import common
-from bench_remote_clients import PROXY, _free_port, _wait_for
+from bench_remote_clients import LATENCY, s3_servers
 from common import Impl, Ratio
 
 try:
@@ -61,7 +59,6 @@ try:
 except ImportError as exc:
     sys.exit(f"bench_remote: {exc}; run it through bash benchmarks/run remote")
 
-LATENCY = 0.020
 BATCH = 256
 SEED = 0
 CHECK_BATCHES = 2
@@ -86,29 +83,7 @@ WORKLOADS = (
 )
 
 
-# -- the servers and the data -------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def s3_servers() -> Iterator[tuple[str, str]]:
-    """moto's S3 and the latency proxy, each in a process: (moto's URL, the proxy's)."""
-    port = _free_port()
-    moto = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    folder = str(Path(__file__).resolve().parents[1] / "tests" / "remote")
-    code = PROXY.format(folder=folder, port=port, latency=LATENCY)
-    proxy = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    try:
-        _wait_for(port)
-        assert proxy.stdout is not None
-        yield f"http://127.0.0.1:{port}", proxy.stdout.readline().strip()
-    finally:
-        for process in (proxy, moto):
-            process.kill()
-            process.wait()
+# -- the data ------------------------------------------------------------------------------
 
 
 def records(w: Workload) -> Iterator[bytes]:

@@ -19,12 +19,14 @@ Run: ``PYTHONPATH=src python benchmarks/bench_remote_clients.py`` (needs ``chute
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 LATENCY = 0.020
@@ -69,11 +71,9 @@ def _time(fn, repeats: int = 5) -> tuple[float, float]:
     return statistics.median(times), statistics.median(cpu)
 
 
-def main() -> None:
-    import obstore
-    import s3fs
-    from obstore.store import S3Store
-
+@contextlib.contextmanager
+def s3_servers() -> Iterator[tuple[str, str]]:
+    """moto's S3 and the latency proxy, each in a process: (moto's URL, the proxy's)."""
     port = _free_port()
     moto = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-p", str(port)],
@@ -86,7 +86,19 @@ def main() -> None:
     try:
         _wait_for(port)
         assert proxy.stdout is not None
-        url = proxy.stdout.readline().strip()
+        yield f"http://127.0.0.1:{port}", proxy.stdout.readline().strip()
+    finally:
+        for process in (proxy, moto):
+            process.kill()
+            process.wait()
+
+
+def main() -> None:
+    import obstore
+    import s3fs
+    from obstore.store import S3Store
+
+    with s3_servers() as (_, url):
         os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test")
         store = S3Store(
             "bench", endpoint=url, region="us-east-1", client_options={"allow_http": True}
@@ -130,9 +142,6 @@ def main() -> None:
                     f"{length // 1024:>3} KiB  {name:<32} {seconds * 1000:8.1f} ms"
                     f"  client CPU {cpu * 1000:6.1f} ms"
                 )
-    finally:
-        proxy.kill()
-        moto.kill()
 
 
 if __name__ == "__main__":
