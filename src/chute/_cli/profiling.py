@@ -142,8 +142,7 @@ def suggestion(ds: Any, ram_budget_mb: int | None) -> str:
     (what each worker runs), and the text says which options the pipeline
     uses now.  A pipeline with more than one ``mp_prefetch`` gets none.
     """
-    from chute._execution.performance import pick_performance_config
-    from chute._stats.collector import usable_cores
+    from chute._execution.performance import pick_performance_config, usable_cores
 
     pools = _pools(ds)
     head = "Suggested performance config"

@@ -45,11 +45,10 @@ _ITER_BLOCK = 1024
 
 def _unchanged(shard: IndexedShard, source: Any) -> bool:
     """Whether a shard is as the index saw it: size and mtime, or size and ETag in a bucket."""
+    version = str(source.version)
     if is_url(shard.path):
-        version = str(getattr(source, "version", ""))
         return bool(source.size() == shard.size and (not shard.version or version == shard.version))
-    st = os.stat(shard.path)
-    return (st.st_size, st.st_mtime_ns) == (shard.size, shard.mtime_ns)
+    return version == f"{shard.mtime_ns}-{shard.size}"  # LocalRanges: as the index saw the file
 
 
 class IndexedArrayRecordDataSource(ArrayRecordDataSource):
@@ -99,9 +98,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
 
     def _shard(self, k: int) -> RangedArrayRecordReader:
         """Shard ``k``'s reader, opened on first use; the least recently used closes."""
-        if self._pid != os.getpid():  # a forked child opens its own files
-            if self._index_path:
-                self._index = read_index(self._index_path)
+        if self._pid != os.getpid():  # a forked child opens its own files (the index's too)
             self._setup()
         with self._lock:
             reader = self._open.get(k)

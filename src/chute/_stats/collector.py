@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -47,6 +46,7 @@ class Collector:
         self.due = False
         self.outer = StageRecord()  # replaced by watch()
         self._implicit = ""  # the stage watch() timed itself, if any
+        self._shape: list[tuple[str, str, tuple[int, ...]]] | None = None  # report()'s stages
 
     def watch(self, iterator: Any) -> None:
         """``iterator`` is the one handed to the user: its calls are the user's loop waiting.
@@ -92,9 +92,10 @@ class Collector:
     def report(self) -> dict[str, Any]:
         """This worker's stages and figures, for the parent (plain data)."""
         self.due = False
-        nodes = stage_graph(self.ds, specs=False)
+        if self._shape is None:  # datasets never change: the graph is walked once
+            self._shape = [(n.name, n.kind, n.parents) for n in stage_graph(self.ds, specs=False)]
         return {
-            "stages": [(n.name, n.kind, n.parents) for n in nodes],
+            "stages": self._shape,
             "figures": [None if r is None else r.snapshot() for r in self.records],
         }
 
@@ -198,11 +199,3 @@ class LoaderCollector:
 
 def _renumbered(node: StageNode, index: int, parents: tuple[int, ...]) -> StageNode:
     return StageNode(index, node.name, node.kind, parents, node.spec)
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1

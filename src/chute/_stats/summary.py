@@ -157,7 +157,7 @@ def execution_summary(iterator: Any) -> ExecutionSummary:
 
 def build(collector: Any) -> ExecutionSummary:
     """The summary of a ``Collector``'s figures now."""
-    from chute._stats.collector import usable_cores
+    from chute._execution.performance import usable_cores
     from chute._stats.verdict import verdict
 
     rows = collector.rows()
