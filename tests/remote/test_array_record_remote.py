@@ -84,3 +84,43 @@ def test_bucket_shards_without_an_index_open_by_glob_and_pickle(store: Any, tmp_
 def test_a_bucket_glob_that_matches_nothing_says_so(s3: Any) -> None:
     with pytest.raises(FileNotFoundError, match="no objects match"):
         ArrayRecordDataSource(s3.url("nothing-*.array_record"))
+
+
+def test_retries_show_in_the_source_and_the_statistics(s3: Any, tmp_path: Path) -> None:
+    from chute import experimental
+
+    urls, files = upload(s3, tmp_path, options="group_size:10,uncompressed")
+    remote = ArrayRecordDataSource(write_index(urls, s3.url("data/train.chute-index")))
+    assert remote.retries == 0
+    s3.proxy.configure(fault_rate=0.2, faults=(503,), seed=5, methods=("GET",))
+    options = experimental.DatasetOptions(
+        execution_tracking_mode=experimental.ExecutionTrackingMode.STAGE_TIMING
+    )
+    ds = MapDataset.source(remote).seed(1).shuffle().batch(100).to_iter_dataset()
+    it = iter(experimental.WithOptionsIterDataset(ds, options))
+    batches = [list(b) for b in it]
+    local = MapDataset.source(ArrayRecordDataSource(files)).seed(1).shuffle().batch(100)
+    assert batches == [list(b) for b in local.to_iter_dataset()]
+    assert s3.proxy.injected > 0 and remote.retries == s3.proxy.injected
+    summary = experimental.execution_summary(it)
+    [source] = [s for s in summary.stages if s.retries is not None]
+    assert source.name.startswith("source") and source.retries == remote.retries
+    assert "retries" in str(summary).splitlines()[0]
+    assert f"failed {remote.retries:,} request(s)" in summary.verdict
+
+
+def test_local_sources_show_no_retries_column(tmp_path: Path) -> None:
+    from chute import experimental
+
+    files = write_array_record([b"x"] * 10, str(tmp_path / "t"), num_shards=1)
+    local = ArrayRecordDataSource(write_index(files, str(tmp_path / "t.chute-index")))
+    assert local.retries is None
+    chute.config.update("py_debug_mode", True)
+    try:
+        it = iter(MapDataset.source(local).to_iter_dataset())
+        assert len(list(it)) == 10
+        summary = experimental.execution_summary(it)
+    finally:
+        chute.config.update("py_debug_mode", False)
+    assert all(s.retries is None for s in summary.stages)
+    assert "retries" not in str(summary)

@@ -91,6 +91,10 @@ class _File:
     def size(self) -> int:
         return int(self._opened().size())
 
+    def retries(self) -> int:
+        """Requests for the index file this process retried."""
+        return int(getattr(self._source, "retries", 0)) if self._pid == os.getpid() else 0
+
     def read(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         self._opened()
         try:
@@ -144,6 +148,10 @@ class DatasetIndex:
     starts_at: int  # file offsets of the two arrays
     first_at: int
     footers: tuple[Footer, ...] = ()
+
+    def retries(self) -> int:
+        """Requests for the index file this process retried (0 for an index in memory)."""
+        return self.file.retries() if self.file is not None else 0
 
     def footer(self, k: int) -> Footer:
         """Shard ``k``'s chunk index.  Where its chunks are all the same size (as

@@ -85,6 +85,19 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         self._remote = any(is_url(s.path) for s in self._index.shards)
         self._threads: DaemonPool | None = None
         self._threads_pid = -1
+        self._closed_retries = 0  # of the shards' sources this process has closed
+
+    @property
+    def retries(self) -> int | None:
+        """Requests to the object store this process retried so far; ``None`` for local files.
+
+        The statistics show it beside the source (``chute.experimental.execution_summary``).
+        """
+        if not self._remote or self._pid != os.getpid():
+            return None if not self._remote else 0
+        with self._lock:
+            open_now = sum(r._source.retries for r in self._open.values())  # type: ignore[attr-defined]
+        return self._closed_retries + open_now + self._index.retries()
 
     def __getstate__(self) -> dict[str, Any]:
         if self._index_path:  # each process reads the index file's header itself
@@ -127,6 +140,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             self._open[k] = reader
             while len(self._open) > MAX_OPEN:
                 _, old = self._open.popitem(last=False)
+                self._closed_retries += old._source.retries  # type: ignore[attr-defined]
                 old._source.close()  # type: ignore[attr-defined]
         return reader
 
@@ -188,6 +202,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         """Closes the shards open in this process; a later read opens them again."""
         with self._lock:
             readers, self._open = list(self._open.values()), collections.OrderedDict()
+            self._closed_retries += sum(r._source.retries for r in readers)  # type: ignore[attr-defined]
         if self._pid == os.getpid():
             for reader in readers:
                 reader._source.close()  # type: ignore[attr-defined]

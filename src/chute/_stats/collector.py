@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from chute._stats import records as _records
-from chute._stats.graph import StageNode, stage_graph
+from chute._stats.graph import StageNode, post_order, retries_of, stage_graph
 from chute._stats.records import StageRecord
 
 __all__ = ["WORKER_REPORT_S", "Collector", "LoaderCollector", "merged_rows"]
@@ -47,6 +47,7 @@ class Collector:
         self.outer = StageRecord()  # replaced by watch()
         self._implicit = ""  # the stage watch() timed itself, if any
         self._shape: list[tuple[str, str, tuple[int, ...]]] | None = None  # report()'s stages
+        self._counting: list[tuple[int, Any]] | None = None  # stages whose sources count retries
 
     def watch(self, iterator: Any) -> None:
         """``iterator`` is the one handed to the user: its calls are the user's loop waiting.
@@ -94,10 +95,20 @@ class Collector:
         self.due = False
         if self._shape is None:  # datasets never change: the graph is walked once
             self._shape = [(n.name, n.kind, n.parents) for n in stage_graph(self.ds, specs=False)]
-        return {
-            "stages": self._shape,
-            "figures": [None if r is None else r.snapshot() for r in self.records],
-        }
+        figures = [None if r is None else r.snapshot() for r in self.records]
+        return {"stages": self._shape, "figures": self._with_retries(figures)}
+
+    def _with_retries(self, figures: list[dict[str, int] | None]) -> list[dict[str, int] | None]:
+        """``figures`` with each object-store source's retries so far (``merged`` sums them)."""
+        if self._counting is None:  # datasets never change: found once
+            self._counting = [
+                (i, node)
+                for i, node in enumerate(post_order(self.ds))
+                if retries_of(node) is not None
+            ]
+        for i, node in self._counting:
+            figures[i] = {**(figures[i] or {}), "retries": retries_of(node) or 0}
+        return figures
 
     # -- in the parent ----------------------------------------------------------------------
 
@@ -108,6 +119,7 @@ class Collector:
         place of the parent's own nodes below the pool.
         """
         nodes = stage_graph(self.ds)
+        own = self._with_retries([None if r is None else r.snapshot() for r in self.records])
         hidden = set().union(*self.pools.values()) if self.pools else set()
         out: list[Row] = []
         new_index: dict[int, int] = {}
@@ -120,8 +132,7 @@ class Collector:
                 if top is not None:
                     parents = (top,)
             new_index[node.index] = len(out)
-            record = self.records[node.index]
-            figures = None if record is None else record.snapshot()
+            figures = own[node.index] if self.records[node.index] is not None else None
             out.append((_renumbered(node, len(out), parents), "main", figures))
         if self._implicit:
             node = StageNode(len(out), self._implicit, self._implicit, (len(out) - 1,))

@@ -11,7 +11,7 @@ import dataclasses
 import re
 from typing import Any
 
-__all__ = ["StageNode", "post_order", "spec_text", "stage_graph", "stage_label"]
+__all__ = ["StageNode", "post_order", "retries_of", "spec_text", "stage_graph", "stage_label"]
 
 _SUFFIX = re.compile(r"(Map|Iter)?Dataset$")
 
@@ -64,6 +64,17 @@ _NAMED: dict[str, Any] = {
     "PrefetchIterDataset": lambda ds: "to_iter_dataset",
     "MultiprocessPrefetchIterDataset": _workers,
 }
+
+
+def retries_of(ds: Any) -> int | None:
+    """How many requests the stage's data source retried, if it reads an object store.
+
+    A source that counts its retries has an int ``retries`` (``None``: it reads local
+    files); a source stage sliced by ``set_slice`` keeps the original source.
+    """
+    source = ds.__dict__.get("_original_source", getattr(ds, "_source", None))
+    count = getattr(source, "retries", None)
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
 def spec_text(ds: Any) -> str:

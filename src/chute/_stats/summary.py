@@ -48,6 +48,9 @@ class StageStats:
       bytes_per_element: the size of its output, measured on a sample; None if unknown.
       share: its part of all stages' self time (0 to 1).
       buffer: for a prefetch stage or worker pool, how full its buffer was.
+      retries: for a source that reads an object store (``s3://``, ``gs://``, ...),
+        the requests it retried after transient failures (over all workers); ``None``
+        for other stages.
     """
 
     index: int
@@ -65,6 +68,7 @@ class StageStats:
     bytes_per_element: float | None
     share: float
     buffer: BufferStats | None = None
+    retries: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +208,7 @@ def _stage(node: Any, where: str, figures: dict[str, int] | None, work: int) -> 
         bytes_per_element=f["bytes_total"] / f["bytes_samples"] if f.get("bytes_samples") else None,
         share=own / work if work and buffer is None else 0.0,
         buffer=buffer,
+        retries=f.get("retries"),
     )
 
 
@@ -231,7 +236,9 @@ _COLUMNS = ("#", "stage", "where", "elements", "self time", "share", "mean", "mi
 
 def table(summary: ExecutionSummary) -> str:
     """The summary as a text table, one row per stage in pipeline order."""
-    rows = [_COLUMNS]
+    remote = any(s.retries is not None for s in summary.stages)
+    columns = (*_COLUMNS, "retries") if remote else _COLUMNS
+    rows: list[tuple[str, ...]] = [columns]
     for s in summary.stages:
         buffer = "-"
         if s.buffer is not None:
@@ -243,8 +250,8 @@ def table(summary: ExecutionSummary) -> str:
             f"{s.elements:,}" if s.calls else "-", _time(s.self_seconds),
             f"{s.share:.0%}" if s.buffer is None else "waited", _time(s.mean_seconds),
             _time(s.min_seconds), _time(s.max_seconds), _bytes(s.bytes_per_element), buffer,
-        ))  # fmt: skip
-    widths = [max(len(r[c]) for r in rows) for c in range(len(_COLUMNS))]
+        ) + ((f"{s.retries:,}" if s.retries is not None else "-",) if remote else ()))  # fmt: skip
+    widths = [max(len(r[c]) for r in rows) for c in range(len(columns))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     lines.append(

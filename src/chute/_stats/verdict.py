@@ -22,6 +22,18 @@ HANDOFF_S = 50e-6  # about what a worker process spends handing one element over
 
 def verdict(summary: Any) -> str:
     """What the summary's figures say, and what to change."""
+    said = _where_the_time_goes(summary)
+    retried = sum(s.retries or 0 for s in summary.stages)
+    if retried:
+        said += (
+            f" The object store failed {retried:,} request(s) for a while (HTTP 429/5xx, "
+            "timeouts, resets); each was retried after a backoff and nothing was lost, but "
+            "many retries mean a throttled or flaky store."
+        )
+    return said
+
+
+def _where_the_time_goes(summary: Any) -> str:
     if summary.elements == 0 or summary.wall_seconds <= 0:
         return "No elements read yet: read some, then ask again."
     waited = summary.wait_ratio
