@@ -71,3 +71,29 @@ def test_workers_that_are_not_stuck_stop_without_a_warning(
     with caplog.at_level(logging.WARNING, logger="chute"), iter(pipeline) as it:
         next(it)
     assert not [r for r in caplog.records if "did not stop" in r.getMessage()]
+
+
+class Slow:
+    """A source whose every read takes ``seconds`` (a batch fetched from a far bucket)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __len__(self) -> int:
+        return 100
+
+    def __getitem__(self, index: int) -> int:
+        threading.Event().wait(self.seconds)
+        return index
+
+
+def test_workers_with_slow_elements_finish_the_one_in_the_making(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    ds = grain.MapDataset.source(Slow(0.7)).to_iter_dataset(grain.ReadOptions(num_threads=0))
+    pipeline = ds.mp_prefetch(MultiprocessingOptions(num_workers=1, per_worker_buffer_size=1))
+    with caplog.at_level(logging.WARNING, logger="chute"), iter(pipeline) as it:
+        assert [next(it), next(it)] == [0, 1]  # elements 2 (and 3) are in the making
+        pid = it._parents[0]._process.pid
+    assert not [r for r in caplog.records if "did not stop" in r.getMessage()]
+    assert not os.path.exists(f"/proc/{pid}") or _zombie(pid)
