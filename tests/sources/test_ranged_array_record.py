@@ -9,11 +9,13 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chute._sources._highway_hash import highway_hash64
+from chute._sources._highway_hash_many import highway_hash64_many
 from chute._sources.array_record_format import BLOCK_SIZE, ArrayRecordFormatError
 from chute._sources.ranged_array_record import RangedArrayRecordReader
 from chute._sources.ranged_source import LocalRanges, RangedByteSource
@@ -238,3 +240,33 @@ def test_highway_hash_matches_riegeli_file_signature() -> None:
     assert highway_hash64(signature[32:64]) == struct.unpack_from("<Q", signature, 24)[0]
     assert highway_hash64(signature[8:24]) == struct.unpack_from("<Q", signature, 0)[0]
     assert highway_hash64(b"") == struct.unpack_from("<Q", signature, 40)[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_highway_hash_of_many_inputs_equals_one_by_one(data: Any) -> None:
+    length = data.draw(st.integers(0, 100))
+    count = data.draw(st.integers(1, 9))
+    rows = [data.draw(st.binary(min_size=length, max_size=length)) for _ in range(count)]
+    many = highway_hash64_many(np.frombuffer(b"".join(rows), np.uint8).reshape(count, length))
+    assert [int(h) for h in many] == [highway_hash64(r) for r in rows]
+
+
+@pytest.mark.parametrize("where", ["chunk header", "block header"])
+def test_a_corrupted_header_in_a_large_batch_names_its_chunk(tmp_path: Path, where: str) -> None:
+    records = [bytes([i]) * (20_000 if where == "block header" else 10) for i in range(40)]
+    path = _write(tmp_path / "b", "uncompressed,group_size:1", records)
+    starts = _chunk_offsets(path, 40)
+    data = bytearray(Path(path).read_bytes())
+    if where == "chunk header":
+        victim = starts[17]
+        data[victim + 20] ^= 0x01
+    else:  # the block header at 2 * 64 KiB, inside the chunk that crosses it
+        victim = max(s for s in starts if s < 2 * BLOCK_SIZE)
+        data[2 * BLOCK_SIZE + 20] ^= 0x01
+    Path(path).write_bytes(bytes(data))
+    reader = RangedArrayRecordReader(LocalRanges(path))
+    wanted = [i for i in range(40) if starts[i] != victim]
+    assert reader.read(wanted) == [records[i] for i in wanted]  # many headers hashed at once
+    with pytest.raises(ArrayRecordFormatError, match=rf"chunk at offset {victim}: .*{where}"):
+        RangedArrayRecordReader(LocalRanges(path)).read(list(range(40)))

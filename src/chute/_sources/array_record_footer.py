@@ -50,6 +50,14 @@ class Footer:
     def num_records(self) -> int:
         return int(self.first_record[-1])
 
+    def spans(self, chunks: list[int]) -> tuple[list[int], list[int]]:
+        """The file offsets where each of ``chunks`` begins and ends, read in one go."""
+        read_pairs = getattr(self.starts, "pairs", None)  # an index's entries, read when asked
+        if read_pairs is not None:
+            return read_pairs(chunks)
+        at = np.asarray(chunks, np.int64)
+        return self.starts[at].tolist(), self.starts[at + 1].tolist()
+
     def chunk_records(self, c: int) -> int:
         """The records chunk ``c`` holds."""
         if self.group:

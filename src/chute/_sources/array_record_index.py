@@ -122,6 +122,14 @@ class _Column:
             raise IndexError(i)
         return int(self._file.int64(self._offset + 8 * i, 1)[0])
 
+    def pairs(self, positions: list[int]) -> tuple[list[int], list[int]]:
+        """Entries ``i`` and ``i + 1`` for each ``i`` in ``positions``, in one read call."""
+        if positions and not 0 <= min(positions) <= max(positions) < self._n - 1:
+            raise IndexError(f"positions outside 0..{self._n - 2}")
+        got = self._file.read([(self._offset + 8 * i, 16) for i in positions])
+        both = np.frombuffer(b"".join(got), "<i8")
+        return both[0::2].tolist(), both[1::2].tolist()
+
 
 @dataclass(frozen=True)
 class IndexedShard:
