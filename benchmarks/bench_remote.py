@@ -1,10 +1,17 @@
-"""Reading ArrayRecord from an object store: chute from an S3 bucket against local reads.
+"""Reading ArrayRecord from an object store: chute from a bucket against local reads,
+the loop a user writes by hand, and the limit of the store itself.
 
-moto's S3 server and the fault-injecting test proxy (tests/remote/fault_proxy.py) run
-in their own processes, the proxy adding 20 ms to every request (started as
-``bench_remote_clients.py`` starts them).  Two workloads, each written locally with
-``chute.experimental.write_array_record`` (default options), uploaded with boto3 and
-indexed into the bucket with ``write_index``:
+Two stores, each adding 20 ms to every request, in processes of their own:
+
+* ``S3``: moto's S3 server behind the fault-injecting test proxy
+  (tests/remote/fault_proxy.py), started as ``bench_remote_clients.py`` starts them.
+  moto answers a few hundred requests a second here, whatever the client.
+* ``http``: ``range_server.py``, a minimal asyncio server of ranged GETs over the local
+  shards: a store that keeps up (real object stores serve thousands of GETs a second).
+
+Two workloads, each written locally with ``chute.experimental.write_array_record``
+(default options: one chunk a record), uploaded to S3 with boto3 and indexed there with
+``write_index``; the http store serves the local files and their local index:
 
 * ``1 KiB``: 200,000 records of 1 KiB in 64 shards;
 * ``64 KiB``: 20,000 records of 64 KiB in 128 shards (a tenth of the count: moto keeps
@@ -15,17 +22,19 @@ The pipeline, the same for every chute source::
     MapDataset.source(src).seed(0).shuffle().batch(256).to_iter_dataset()
 
 and the same ending in ``.mp_prefetch(MultiprocessingOptions(num_workers=2))``.  Sources:
-``chute bucket`` (``ArrayRecordDataSource("s3://.../train.chute-index")``), ``chute
-local`` (the local shards, array_record's C++ reader) and ``chute local index`` (the
-local index, chute's own reader).  ``hand loop`` is what a user writes without a
-loader: for each record of the shuffled order, one boto3 ``get_object`` with a
-``Range`` header for its chunk's bytes (offsets from the index), decoded with
-``array_record_format.decode_chunk``.  Grain cannot read ``s3://`` without FUSE; the
-benchmark tries ``grain.sources.ArrayRecordDataSource(["s3://..."])`` and prints the error.
+``chute S3`` (``ArrayRecordDataSource("s3://.../train.chute-index")``), ``chute http``
+(``ArrayRecordDataSource("http://127.0.0.1:PORT/.../train.chute-index")``), ``chute
+local`` (the local shards, array_record's C++ reader) and ``chute local index`` (the local
+index, chute's own reader).  Beside them (``remote_loops.py``): ``hand loop`` (one ranged
+GET per record in the shuffled order, its chunk decoded; boto3 for S3, ``http.client``
+for http) and ``GET limit`` (a batch's ranged GETs all at once through obstore, nothing
+decoded: the ceiling of any reader that needs a request a record).  Grain cannot read
+``s3://`` without FUSE; the benchmark tries ``grain.sources.ArrayRecordDataSource(["s3://..."])``
+and prints the error.
 
-Each implementation reads its first batches and compares them with ``chute local``'s
-(the same records in the same order) before anything is timed, then times
-``--repeats`` consecutive windows of about ``WINDOW_S`` seconds on the same iterator.
+Each implementation's first records are compared with ``chute local``'s (the same
+records in the same order) before anything is timed, then ``--repeats`` consecutive
+windows of about ``WINDOW_S`` seconds are timed on the same iterator.
 
 Run through ``bash benchmarks/run remote``; see README.md.
 """
@@ -35,7 +44,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,11 +59,21 @@ from common import Impl, Ratio
 
 try:
     import boto3
+    from obstore.store import HTTPStore, S3Store
 
     import chute
-    from chute._sources.array_record_format import decode_chunk
-    from chute._sources.array_record_index import index_in_memory, write_index
+    from chute._sources.array_record_index import write_index
     from chute.experimental import write_array_record
+    from remote_peers import (
+        GetLimit,
+        HandLoop,
+        Ranges,
+        as_records,
+        grain_route,
+        mismatch,
+        range_server,
+        timed_windows,
+    )
 except ImportError as exc:
     sys.exit(f"bench_remote: {exc}; run it through bash benchmarks/run remote")
 
@@ -113,6 +131,7 @@ def prepare(w: Workload, folder: str, s3: Any) -> dict[str, Any]:
         f"{t1 - t0:.1f} s, uploaded in {t2 - t1:.1f} s, indexed in the bucket in {t3 - t2:.1f} s"
     )
     return {
+        "key": key,
         "files": files,
         "local_index": local_index,
         "urls": urls,
@@ -129,45 +148,6 @@ def pipeline(src: Any, workers: int) -> Any:
     if workers:
         ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
     return ds
-
-
-def as_records(batch: Any) -> list[bytes]:
-    """A batch's records as ``bytes``, byte for byte.
-
-    A batch of ``bytes`` is a numpy ``S`` array, whose elements read back without their
-    trailing zero bytes; its buffer keeps them (all records here have the same length).
-    """
-    if isinstance(batch, np.ndarray) and batch.dtype.kind == "S":
-        size, raw = batch.dtype.itemsize, batch.tobytes()
-        return [raw[j * size : (j + 1) * size] for j in range(len(batch))]
-    return [bytes(r) for r in batch]
-
-
-class HandLoop:
-    """One ranged GET per record, in the shuffled order, and its chunk decoded."""
-
-    def __init__(self, files: list[str], urls: list[str], endpoint: str) -> None:
-        index = index_in_memory(files)  # the chunk offsets, from the local shards' footers
-        self.counts = np.array([s.records for s in index.shards])
-        self.ends = np.cumsum(self.counts)
-        self.starts = [np.asarray(index.footer(k).starts) for k in range(len(files))]
-        self.keys = [u.split("/", 3)[3] for u in urls]
-        self.client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        self.order = chute.MapDataset.range(int(self.ends[-1])).seed(SEED).shuffle()
-
-    def record(self, position: int) -> bytes:
-        i = self.order[position]
-        k = int(np.searchsorted(self.ends, i, side="right"))
-        chunk = i - int(self.ends[k] - self.counts[k])  # group_size:1: one record a chunk
-        begin, end = int(self.starts[k][chunk]), int(self.starts[k][chunk + 1])
-        reply = self.client.get_object(
-            Bucket=BUCKET, Key=self.keys[k], Range=f"bytes={begin}-{end - 1}"
-        )
-        values, offsets = decode_chunk(reply["Body"].read(), begin, self.keys[k], records=1)
-        return bytes(values[offsets[0] : offsets[1]])
-
-
-# -- measuring ------------------------------------------------------------------------------
 
 
 def measure(
@@ -196,16 +176,6 @@ def measure(
     impl.note = f"batches per window: {sizes}"
 
 
-def mismatch(got: list[list[bytes]], ref: list[list[bytes]]) -> str:
-    for b, (x, y) in enumerate(zip(got, ref)):
-        for j, (r, s) in enumerate(zip(x, y)):
-            if r != s:
-                return f"MISMATCH: batch {b}, record {j} differs ({len(r)} vs {len(s)} bytes)"
-        if len(x) != len(y):
-            return f"MISMATCH: batch {b} holds {len(x)} records, the reference {len(y)}"
-    return f"MISMATCH: {len(got)} batches, the reference {len(ref)}"
-
-
 def run_impl(
     impl: Impl, make: Callable[[], Any], workers: int, ref: Any, epoch: int, repeats: int
 ) -> None:
@@ -226,22 +196,13 @@ def run_impl(
         common.fail(impl, "run")
 
 
-def time_hand_loop(impl: Impl, loop: HandLoop, ref: list[list[bytes]], repeats: int) -> None:
-    """The hand loop: its first records checked, then ``repeats`` windows of records."""
+def time_loop(impl: Impl, records: Any, step: Any, ref: list[list[bytes]], repeats: int) -> None:
+    """A loop outside chute: ``records()`` checked against ``ref``, then ``step(i)`` timed."""
     try:
-        got = [loop.record(p) for p in range(HAND_CHECK)]
-        ok = got == ref[0][:HAND_CHECK]
-        impl.check = "ok" if ok else mismatch([got], [ref[0][:HAND_CHECK]])
-        at, sizes = HAND_CHECK, []
-        for _ in range(repeats):
-            start, n = time.perf_counter(), 0
-            while time.perf_counter() - start < WINDOW_S:
-                loop.record(at + n)
-                n += 1
-            impl.times.append((time.perf_counter() - start) / n)
-            sizes.append(n)
-            at += n
-        impl.note = f"records per window: {sizes}"
+        got = records()
+        impl.check = "ok" if got == ref[0][: len(got)] else mismatch([got], [ref[0][: len(got)]])
+        impl.times, sizes = timed_windows(step, repeats, WINDOW_S, 1)
+        impl.note = f"calls per window: {sizes}"
     except Exception:
         common.fail(impl, "run")
 
@@ -263,43 +224,32 @@ def open_and_first_batch(url: str, trials: int = 1) -> tuple[float, float, list[
     return statistics.median(opens), statistics.median(firsts), batch
 
 
-def grain_route(url: str) -> str:
-    """What Grain 0.2.18's ArrayRecordDataSource does with an ``s3://`` URL."""
-    code = (
-        "import logging; logging.disable(logging.CRITICAL)\n"
-        "import grain\n"
-        f"src = grain.sources.ArrayRecordDataSource([{url!r}])\n"
-        "print('read', len(src[0]), 'bytes')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    if done.returncode == 0:
-        return f"Grain read {url}: {done.stdout.strip()}"
-    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-    return f"Grain: no route without FUSE ({lines[-1] if lines else f'exit {done.returncode}'})"
-
-
 # -- one workload ---------------------------------------------------------------------------
 
 
-def bench(w: Workload, data: dict[str, Any], proxy: str, repeats: int) -> dict[str, Any]:
+def bench(
+    w: Workload, data: dict[str, Any], stores: dict[str, str], repeats: int
+) -> dict[str, Any]:
     print(f"\n[{w.name}]" + (f" ({w.note})" if w.note else ""))
-    files, index_url = data["files"], data["index_url"]
+    files, key = data["files"], data["key"]
     epoch = w.records // BATCH  # full batches
     with chute.ArrayRecordDataSource(files) as src:
         it = iter(pipeline(src, 0))
         ref = [as_records(next(it)) for _ in range(CHECK_BATCHES)]
         common.close(it)
+    http_index = f"{stores['http']}/{key}/train.chute-index"
     opened = {}
-    for how, url in (("index", index_url), ("glob", data["glob"])):
+    for how, url in (("S3 index", data["index_url"]), ("S3 glob", data["glob"]),
+                     ("http index", http_index)):  # fmt: skip
         open_s, first_s, batch = open_and_first_batch(url)
         opened[how] = {"open_s": open_s, "first_batch_s": first_s, "check": batch == ref[0]}
         print(
-            f"  chute bucket via {how}: open {open_s * 1e3:,.0f} ms, first batch "
-            f"{first_s * 1e3:,.0f} ms (open included), first batch "
-            f"{'equal' if batch == ref[0] else 'DIFFERENT'}"
+            f"  chute via {how}: open {open_s * 1e3:,.0f} ms, first batch {first_s * 1e3:,.0f} "
+            f"ms (open included), first batch {'equal' if batch == ref[0] else 'DIFFERENT'}"
         )
     sources: dict[str, Callable[[], Any]] = {
-        "chute bucket": lambda: chute.ArrayRecordDataSource(index_url),
+        "chute S3": lambda: chute.ArrayRecordDataSource(data["index_url"]),
+        "chute http": lambda: chute.ArrayRecordDataSource(http_index),
         "chute local": lambda: chute.ArrayRecordDataSource(files),
         "chute local index": lambda: chute.ArrayRecordDataSource(data["local_index"]),
     }
@@ -310,30 +260,34 @@ def bench(w: Workload, data: dict[str, Any], proxy: str, repeats: int) -> dict[s
             impl = impls[label] = Impl(label, lambda: iter(()), BATCH)
             run_impl(impl, make, workers, ref, epoch, repeats)
             print(f"  {label}: {common.fmt_num(impl.rate())} records/s, check {impl.check}")
-    hand = impls["hand loop"] = Impl("hand loop", lambda: iter(()), 1)
-    time_hand_loop(hand, HandLoop(files, data["urls"], proxy), ref, repeats)
-    print(f"  hand loop: {common.fmt_num(hand.rate())} records/s, check {hand.check}")
+    ranges = Ranges(files, SEED)
+    s3_keys = [u.split("/", 3)[3] for u in data["urls"]]
+    http_keys = [f"{key}/{os.path.basename(f)}" for f in files]
+    s3 = boto3.client("s3", endpoint_url=stores["S3"], region_name="us-east-1")
+    loops = {
+        "hand loop S3": HandLoop(ranges, s3_keys, s3=s3, bucket=BUCKET),
+        "hand loop http": HandLoop(ranges, http_keys, base_url=stores["http"]),
+    }
+    for name, loop in loops.items():
+        impl = impls[name] = Impl(name, lambda: iter(()), 1)
+        records = lambda loop=loop: [loop.record(p) for p in range(HAND_CHECK)]  # noqa: E731
+        time_loop(impl, records, loop.record, ref, repeats)
+        print(f"  {name}: {common.fmt_num(impl.rate())} records/s, check {impl.check}")
+    limits = {
+        "GET limit S3": GetLimit(ranges, s3_keys, S3Store(BUCKET, endpoint=stores["S3"],
+                                 region="us-east-1", client_options={"allow_http": True}), BATCH),
+        "GET limit http": GetLimit(ranges, http_keys, HTTPStore.from_url(
+            stores["http"], client_options={"allow_http": True}), BATCH),
+    }  # fmt: skip
+    for name, limit in limits.items():
+        impl = impls[name] = Impl(name, lambda: iter(()), BATCH)
+        common.wait_quiet()
+        time_loop(impl, lambda limit=limit: limit.records(0), limit.batch_at, ref, repeats)
+        limit.close()
+        print(f"  {name}: {common.fmt_num(impl.rate())} records/s, check {impl.check}")
     grain = grain_route(data["urls"][0])
     print(f"  {grain}")
-    local_target = 0.5 if w.record_bytes >= 64 * 1024 else None
-    ratios = []
-    for suffix in ("", ", 2 workers"):
-        bucket = impls[f"chute bucket{suffix}"]
-        ratios += [
-            Ratio(f"{w.name}: chute bucket{suffix} / hand loop", bucket, hand, 20.0),
-            Ratio(
-                f"{w.name}: chute bucket{suffix} / chute local{suffix}",
-                bucket,
-                impls[f"chute local{suffix}"],
-                local_target,
-            ),
-            Ratio(
-                f"{w.name}: chute bucket{suffix} / chute local index{suffix}",
-                bucket,
-                impls[f"chute local index{suffix}"],
-                None,
-            ),
-        ]
+    ratios = [r for store in ("S3", "http") for r in store_ratios(w, store, impls)]
     common.mark_invalid(ratios)
     return {
         "name": w.name,
@@ -345,6 +299,25 @@ def bench(w: Workload, data: dict[str, Any], proxy: str, repeats: int) -> dict[s
         "grain": grain,
         "note": w.note,
     }
+
+
+def store_ratios(w: Workload, store: str, impls: dict[str, Impl]) -> list[Ratio]:
+    """The ratios of chute reading from ``store`` to the peers and limits beside it."""
+    hand, limit = impls[f"hand loop {store}"], impls[f"GET limit {store}"]
+    local_target = 0.5 if w.record_bytes >= 64 * 1024 else None
+    out = [Ratio(f"{w.name}: GET limit {store} / hand loop {store}", limit, hand, None)]
+    for suffix in ("", ", 2 workers"):
+        ours, local = impls[f"chute {store}{suffix}"], impls[f"chute local{suffix}"]
+        out += [
+            Ratio(f"{w.name}: chute {store}{suffix} / hand loop {store}", ours, hand, 20.0),
+            Ratio(f"{w.name}: chute {store}{suffix} / GET limit {store}", ours, limit, None),
+            Ratio(f"{w.name}: chute {store}{suffix} / chute local{suffix}", ours, local,
+                  local_target),
+        ]  # fmt: skip
+    out.append(
+        Ratio(f"{w.name}: GET limit {store} / chute local", limit, impls["chute local"], None)
+    )
+    return out
 
 
 def print_rates(results: list[dict[str, Any]]) -> None:
@@ -383,6 +356,10 @@ def main() -> int:
         f"{LATENCY * 1e3:.0f} ms a request | {env['python']}, {env['cpus']} cpus"
     )
     print(
+        f"http: range_server.py (asyncio ranged GETs over the local shards) adding "
+        f"{LATENCY * 1e3:.0f} ms a request, a store that keeps up"
+    )
+    print(
         "workers start from chute's fork server (CHUTE_WORKER_START=forkserver): forked "
         "from a process whose obstore runtime has run, they hang"
     )
@@ -396,7 +373,11 @@ def main() -> int:
         print(warning)
     started = time.perf_counter()
     results = []
-    with s3_servers() as (moto, proxy), tempfile.TemporaryDirectory(prefix="chute-remote-") as d:
+    with (
+        s3_servers() as (moto, proxy),
+        tempfile.TemporaryDirectory(prefix="chute-remote-") as d,
+        range_server(d, LATENCY) as http,
+    ):
         os.environ.update(
             # obstore's runtime does not survive a fork: workers forked from this process,
             # which has read the bucket, would hang on their first request.
@@ -411,11 +392,11 @@ def main() -> int:
         for w in WORKLOADS:
             t0 = time.perf_counter()
             data = prepare(w, d, s3)
-            res = bench(w, data, proxy, args.repeats)
+            res = bench(w, data, {"S3": proxy, "http": http}, args.repeats)
             res["seconds"] = time.perf_counter() - t0
             results.append(res)
             for f in data["files"]:
-                os.remove(f)
+                os.remove(f)  # moto holds its own copy; the http store is done with them
     print_rates(results)
     return common.finish("remote", args, env, started, results)
 

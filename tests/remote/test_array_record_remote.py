@@ -124,3 +124,13 @@ def test_local_sources_show_no_retries_column(tmp_path: Path) -> None:
         chute.config.update("py_debug_mode", False)
     assert all(s.retries is None for s in summary.stages)
     assert "retries" not in str(summary)
+
+
+def test_a_set_served_over_plain_http_reads_the_local_records(s3: Any, tmp_path: Path) -> None:
+    urls, files = upload(s3, tmp_path)
+    for url in urls:  # readable without credentials: moto is then a plain HTTP server
+        s3._client.put_object_acl(Bucket=s3.bucket, Key=url.split("/", 3)[3], ACL="public-read")
+    served = [u.replace("s3://", s3.proxy.url + "/") for u in urls]
+    remote, local = ArrayRecordDataSource(served), ArrayRecordDataSource(files)
+    idx = np.random.default_rng(2).integers(0, 1200, 100)
+    assert remote.__getitems__(idx) == local.__getitems__(idx)
