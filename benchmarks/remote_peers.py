@@ -7,7 +7,7 @@ ranges the shards' footers give (``group_size:1``: one chunk a record):
 * ``HandLoop``: one ranged GET per record, one after another, each chunk decoded with
   ``array_record_format.decode_chunk``: boto3 against the S3 server, ``http.client``
   (one kept-alive connection) against the HTTP range server.
-* ``GetLimit``: a batch's ranged GETs all issued at once through obstore's async API,
+* ``GetLimit``: a batch's ranged GETs issued through obstore's async API, 64 at a time,
   bytes received and dropped, nothing decoded: what the store and the loopback can serve
   on this machine, the ceiling of any client that needs one request a record.
 """
@@ -55,6 +55,9 @@ def mismatch(got: list[list[bytes]], ref: list[list[bytes]]) -> str:
         if len(x) != len(y):
             return f"MISMATCH: batch {b} holds {len(x)} records, the reference {len(y)}"
     return f"MISMATCH: {len(got)} batches, the reference {len(ref)}"
+
+
+IN_FLIGHT = 64  # the GET limit's requests at once: more only queue at moto's server
 
 
 class Ranges:
@@ -138,7 +141,17 @@ class GetLimit:
         """The raw chunks of batch ``b`` of the shuffled order."""
         start = b * self.batch
         positions = range(start, start + self.batch)
-        return self.loop.run_until_complete(asyncio.gather(*(self._get(p) for p in positions)))
+
+        async def all_at_once() -> list[bytes]:
+            gate = asyncio.Semaphore(IN_FLIGHT)
+
+            async def one(p: int) -> bytes:
+                async with gate:
+                    return await self._get(p)
+
+            return list(await asyncio.gather(*(one(p) for p in positions)))
+
+        return self.loop.run_until_complete(all_at_once())
 
     def records(self, b: int) -> list[bytes]:
         """Batch ``b``'s records, decoded (for the check before timing)."""
