@@ -13,8 +13,8 @@ How reads become requests:
   A read of ``read_ahead`` bytes or more is fetched as asked and not kept.
 * **Prefetch.** ``prefetch(ranges)`` fetches ranges the caller knows it will read (a
   Parquet row group's column chunks) in one ``read_ranges`` call, which a remote source
-  serves concurrently and with nearby ranges merged; reads inside them are answered from
-  memory until ``forget()`` or the next ``prefetch``.
+  serves concurrently; ranges at most 64 KiB apart are fetched as one.  Reads inside them
+  are answered from memory until ``forget()`` or the next ``prefetch``.
 
 Memory stays bounded by one read-ahead block plus the ranges prefetched last.
 
@@ -39,6 +39,7 @@ from chute._core.validate import check_int
 __all__ = ["RangedFile"]
 
 _WHAT = "RangedFile"
+_PREFETCH_GAP = 64 << 10  # prefetched ranges this close are fetched and kept as one
 
 
 class RangedFile(io.RawIOBase):
@@ -128,12 +129,25 @@ class RangedFile(io.RawIOBase):
         return len(data)
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
-        """Fetches ``(offset, length)`` ranges now, in one call, for the reads to come."""
+        """Fetches ``(offset, length)`` ranges now, in one call, for the reads to come.
+
+        Ranges at most ``_PREFETCH_GAP`` bytes apart are fetched and kept as one, so a
+        read across neighbouring ranges (pyarrow reads a row group's column chunks in
+        one go) is answered too.
+        """
         self._check_open()
-        wanted = [
-            (int(o), min(int(n), self._size - int(o))) for o, n in ranges if 0 <= o < self._size
-        ]
-        wanted = [(o, n) for o, n in wanted if n > 0]
+        spans = sorted(
+            (int(o), min(int(o) + int(n), self._size))
+            for o, n in ranges
+            if 0 <= o < self._size and n > 0
+        )
+        merged: list[list[int]] = []
+        for start, end in spans:
+            if merged and start - merged[-1][1] <= _PREFETCH_GAP:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        wanted = [(start, end - start) for start, end in merged]
         with self._lock:
             self._blocks = []  # the old ones go first: memory holds one set at a time
             if wanted:
