@@ -180,3 +180,12 @@ def test_an_explicit_fsspec_filesystem_still_reads_through_pyarrow(
     assert plain(list(ParquetDataSource(inner, filesystem=fs))) == plain(
         list(ParquetDataSource(paths))
     )
+
+
+def test_an_http_url_reads_a_public_object(s3: Any, tmp_path: Path) -> None:
+    _, (path,) = upload(s3, tmp_path, parts=1)
+    data = Path(path).read_bytes()
+    s3._client.put_object(Bucket=s3.bucket, Key="pub/a.parquet", Body=data, ACL="public-read")
+    url = f"{s3.proxy.url}/{s3.bucket}/pub/a.parquet"
+    assert plain(list(ParquetDataSource(url))) == plain(list(ParquetDataSource(path)))
+    assert plain(list(ParquetIterDataset(url))) == plain(list(ParquetIterDataset(path)))

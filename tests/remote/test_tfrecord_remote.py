@@ -127,3 +127,11 @@ def test_an_explicit_fsspec_filesystem_reads_the_bucket(gcs: Any, tmp_path: Path
     ds = TFRecordIterDataset([u.removeprefix("gs://") for u in urls], filesystem=fs)
     assert list(ds) == list(TFRecordIterDataset(paths))
     assert "filesystem=<GCSFileSystem>" in repr(ds)
+
+
+def test_an_http_url_reads_a_public_object(s3: Any, tmp_path: Path) -> None:
+    _, (path,) = upload(s3, tmp_path, parts=1)
+    data = Path(path).read_bytes()
+    s3._client.put_object(Bucket=s3.bucket, Key="pub/a.tfrecord", Body=data, ACL="public-read")
+    url = f"{s3.proxy.url}/{s3.bucket}/pub/a.tfrecord"
+    assert list(TFRecordIterDataset(url)) == RECORDS

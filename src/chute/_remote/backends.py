@@ -76,7 +76,9 @@ def obstore_store(scheme: str, bucket: str) -> Any:
                 store = _s3_store(bucket)
             elif scheme in ("http", "https"):
                 store = obstore.store.HTTPStore.from_url(
-                    f"{scheme}://{bucket}", retry_config=_NO_RETRIES
+                    f"{scheme}://{bucket}",
+                    client_options={"allow_http": scheme == "http"},
+                    retry_config=_NO_RETRIES,
                 )
             else:
                 store = obstore.store.from_url(f"{scheme}://{bucket}", retry_config=_NO_RETRIES)

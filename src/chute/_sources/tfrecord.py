@@ -138,10 +138,12 @@ class _FileReader:
         self._source.close()
 
     def _changed(self) -> ValueError:
+        now = _size_now(self.path)
+        how = f"{self._size} bytes then, {now} now" if now != self._size else "written to since"
         return self._error(
-            f"TFRecord file {self.path!r} changed since it was opened ({self._size} bytes then, "
-            f"{_size_now(self.path)} now), so the record at byte offset {self.offset} cannot be "
-            "read as it was. If it was replaced on purpose, iterate it again."
+            f"TFRecord file {self.path!r} changed since it was opened ({how}), so the record "
+            f"at byte offset {self.offset} cannot be read as it was. If it was replaced on "
+            "purpose, iterate it again."
         )
 
     def _corrupt(self, problem: str) -> ValueError:
