@@ -59,3 +59,14 @@ def test_retry_policy_rejects_bad_values() -> None:
         RetryPolicy(attempts=-1)
     with pytest.raises(ValueError, match="deadline must be a number >= 0"):
         RetryPolicy(deadline=-1.0)
+
+
+def test_a_request_the_client_cannot_build_is_not_retried() -> None:
+    from chute._remote.retry import is_transient
+
+    class GenericError(Exception):
+        pass
+
+    built = "Generic HTTP error: Error performing HEAD http://h/k - HTTP error: builder error"
+    assert not is_transient(GenericError(built))
+    assert is_transient(GenericError("Generic HTTP error: error sending request for url"))

@@ -81,3 +81,22 @@ def test_a_truncated_parquet_file_raises_naming_it(tmp_path) -> None:  # type: i
         f.truncate(os.path.getsize(path) // 2)
     with pytest.raises(OSError, match="rows.parquet"):
         source[49_999]
+
+
+def test_a_tfrecord_file_rewritten_in_place_with_its_size_raises(
+    tmp_path,  # type: ignore[no-untyped-def]
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    from chute._sources import tfrecord
+    from chute.experimental import TFRecordIterDataset
+
+    monkeypatch.setattr(tfrecord, "_CHUNK_BYTES", 150)  # each record takes a read of its own
+    path = str(tmp_path / "data.tfrecord")
+    tfrecord.write_tfrecord([b"a" * 100 for _ in range(5)], path)
+    it = iter(TFRecordIterDataset(path))
+    next(it)
+    tfrecord.write_tfrecord([b"b" * 100 for _ in range(5)], path)
+    stat = os.stat(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # surely a later write
+    with pytest.raises(ValueError, match=r"changed since it was opened \(written to since\)"):
+        list(it)

@@ -23,8 +23,9 @@ def _backend(url: str, filesystem: Any) -> Any:
     scheme, bucket, key = split_url(url)
     if filesystem is not None:
         if backends.is_obstore(filesystem):
-            return backends.ObstoreBackend(filesystem, key)
-        return backends.FsspecBackend(filesystem, _fsspec_path(scheme, bucket, key))
+            return backends.ObstoreBackend(filesystem, key.lstrip("/") if scheme == "file" else key)
+        path = key if scheme == "file" else _fsspec_path(scheme, bucket, key)
+        return backends.FsspecBackend(filesystem, path)
     if scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST"):
         return backends.FsspecBackend(backends.gcs_emulator_filesystem(), f"{bucket}/{key}")
     return backends.ObstoreBackend(backends.obstore_store(scheme, bucket), key)
@@ -42,7 +43,8 @@ def open_source(
     Args:
         url: ``s3://``, ``gs://``, ``az://``, ``https://`` or ``file://`` URL, or a path.
         filesystem: An fsspec filesystem or an obstore store to read through instead of
-            the one the URL's scheme and the environment pick.
+            the one the URL's scheme and the environment pick.  With it, ``url`` may also
+            be a path inside it (``bucket/key`` for fsspec, ``key`` for obstore).
         max_in_flight: The most requests one ``read_ranges`` call runs at once.
         retry: How transient failures are retried (``RetryPolicy()``: 5 retries, 60 s).
 

@@ -80,6 +80,8 @@ def is_transient(exc: BaseException) -> bool:
     text = str(exc).split("\n", 1)[0].lower()
     if name in ("ClientError", "ServerDisconnectedError", "ClientPayloadError"):
         return True  # aiohttp's transport errors, as fsspec's filesystems raise them
+    if "builder error" in text:  # the client could not even build the request: a setup fault
+        return False
     return name == "GenericError" and any(
         word in text for word in ("http error", "sending request", "timed out", "connection")
     )

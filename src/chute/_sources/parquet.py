@@ -51,18 +51,23 @@ class ParquetDataSource:
 
     Args:
         paths: A path or a sequence of paths to Parquet files: local paths, or
-            URLs of a filesystem pyarrow or fsspec supports.
+            URLs: ``s3://``, ``gs://``, ``az://`` and ``https://`` through chute's
+            object-store transport, with credentials from the environment, other
+            schemes through pyarrow or fsspec (see ``chute._sources.parquet_io``).
         columns: The (top-level) columns to read; ``None`` reads them all.
         cache_bytes: How much of the row groups read last to keep converted,
             per process, in bytes of Arrow data (Python objects of string and
             list columns take more); the last row group read is always kept.
         **read_kwargs: Passed on to ``pyarrow.parquet.ParquetFile``, such as
-            ``filesystem=`` or ``memory_map=``.
+            ``memory_map=``; and ``filesystem=``: an obstore store (read through
+            chute's transport), a ``pyarrow.fs.FileSystem`` or an fsspec filesystem.
 
     Raises:
         ImportError: pyarrow is not installed (``pip install chute[parquet]``).
         FileNotFoundError, ValueError: a file is missing or is not Parquet, or
             lacks one of ``columns``; the message names the file.
+        SourceChangedError: when read, an object in a bucket is not the version
+            the source was built on.
 
     >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
     >>> path = os.path.join(tempfile.mkdtemp(), "rows.parquet")
@@ -84,7 +89,9 @@ class ParquetDataSource:
         self._columns = _check_columns(columns)
         self._read_kwargs = parquet_io.check_read_kwargs(read_kwargs, _NAME)
         self._cache_bytes = check_int(cache_bytes, f"{_NAME}: cache_bytes", minimum=0)
-        sizes = _index(self._paths, self._columns, self._read_kwargs)
+        found = _index(self._paths, self._columns, self._read_kwargs)
+        sizes = [file_sizes for file_sizes, _ in found]
+        self._versions = [version for _, version in found]  # of objects in a bucket
         counts = [n for file_sizes in sizes for n in file_sizes]
         self._starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
         self._where = [(f, g) for f, file_sizes in enumerate(sizes) for g in range(len(file_sizes))]
@@ -176,7 +183,10 @@ class ParquetDataSource:
         if pf is not None:
             files.move_to_end(file)
             return pf
-        pf = files[file] = parquet_io.open_file(self._paths[file], self._read_kwargs, _NAME)
+        path = self._paths[file]
+        pf = parquet_io.open_file(path, self._read_kwargs, _NAME)
+        parquet_io.check_version(pf, path, self._versions[file], _NAME)
+        files[file] = pf
         if len(files) > _MAX_OPEN_FILES:
             files.popitem(last=False)[1].close()
         return pf
@@ -219,8 +229,14 @@ def _check_columns(columns: Any) -> tuple[str, ...] | None:
     return tuple(columns)
 
 
-def _file_sizes(path: str, columns: tuple[str, ...] | None, kwargs: dict[str, Any]) -> list[int]:
-    """The row counts of a file's row groups, from its metadata; checks ``columns``."""
+def _file_sizes(
+    path: str, columns: tuple[str, ...] | None, kwargs: dict[str, Any]
+) -> tuple[list[int], str | None]:
+    """The row counts of a file's row groups, from its metadata, and its version.
+
+    Checks ``columns``.  The version is an object's ETag or generation when read through
+    chute's transport (``None`` for other files).
+    """
     pf = parquet_io.open_file(path, kwargs, _NAME)
     try:
         names = pf.schema_arrow.names
@@ -228,15 +244,16 @@ def _file_sizes(path: str, columns: tuple[str, ...] | None, kwargs: dict[str, An
         if missing:
             raise ValueError(f"{_NAME}: {path!r} has no column {missing}; its columns: {names}.")
         meta = pf.metadata
-        return [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        counts = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        return counts, parquet_io.version_of(pf)
     finally:
         pf.close()
 
 
 def _index(
     paths: tuple[str, ...], columns: tuple[str, ...] | None, kwargs: dict[str, Any]
-) -> list[list[int]]:
-    """Row-group sizes of every file; footers are read on threads when there are many."""
+) -> list[tuple[list[int], str | None]]:
+    """Row-group sizes and version of every file; footers are read on threads when many."""
     if len(paths) == 1:
         return [_file_sizes(paths[0], columns, kwargs)]
     with concurrent.futures.ThreadPoolExecutor(min(16, len(paths))) as pool:

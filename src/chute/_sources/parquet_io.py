@@ -3,12 +3,24 @@
 pyarrow is an extra (``pip install chute[parquet]``), imported only when a
 Parquet reader is built.
 
-**Where files can live.**  A path is a local path, or a URL that
-``pyarrow.fs.FileSystem.from_uri`` understands (``file://``, ``s3://``,
-``gs://``, ``hdfs://``, ``abfs://``), or any other URL that fsspec
-understands (``memory://``, ``http://``, ...; needs fsspec installed).  A
-``filesystem=`` keyword (a ``pyarrow.fs.FileSystem`` or an fsspec
-filesystem) takes paths inside that filesystem instead.
+**Where files can live.**  A path is a local path or a URL:
+
+* ``s3://``, ``gs://``, ``az://``, ``abfs://`` and ``http(s)://`` URLs are read through
+  chute's own object-store transport (``chute._remote``), as ArrayRecord files in a
+  bucket are: credentials and endpoints come from the usual environment variables
+  (``AWS_*`` with ``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS``,
+  ``STORAGE_EMULATOR_HOST``, ``AZURE_*``; see ``chute._remote.source``), transient
+  failures are retried with backoff, a missing object raises ``FileNotFoundError`` and
+  a denied one ``PermissionError`` at once, naming the URL, and an object replaced
+  while it is read raises ``SourceChangedError``.  Opening a file costs a HEAD and one
+  ranged GET for its footer; a row group costs one concurrent read of its column chunks.
+* Any other URL goes to ``pyarrow.fs.FileSystem.from_uri`` (``file://``, ``hdfs://``)
+  or, failing that, fsspec (``memory://``, ...; needs fsspec installed).
+
+A ``filesystem=`` keyword takes control: an obstore store (``obstore.store.S3Store``)
+reads through chute's transport with that store's credentials; a
+``pyarrow.fs.FileSystem`` or an fsspec filesystem reads through that filesystem, as
+pyarrow does.  Paths are then URLs or paths inside that store or filesystem.
 
 **Records.**  Rows are converted as Grain converts them: each column of a row
 group becomes a NumPy array (``pyarrow.ChunkedArray.to_numpy()``) and a row is
@@ -28,6 +40,10 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+
+from chute._core.errors import SourceChangedError
+from chute._remote.retry import RetryBudgetExceeded
+from chute._remote.source import REMOTE_SCHEMES as _REMOTE_SCHEMES
 
 
 def pyarrow_parquet() -> ModuleType:
@@ -74,10 +90,27 @@ def check_read_kwargs(kwargs: dict[str, Any], owner: str) -> dict[str, Any]:
     return dict(kwargs)
 
 
-def _resolve(path: str, kwargs: dict[str, Any], owner: str) -> tuple[str, dict[str, Any]]:
-    """The path and keywords for ``ParquetFile``: URLs resolved to a filesystem."""
-    if "filesystem" in kwargs or "://" not in path:
+def _is_obstore(filesystem: Any) -> bool:
+    return type(filesystem).__module__.startswith("obstore")
+
+
+def _remote_file(path: str, filesystem: Any) -> Any:
+    """A ``RangedFile`` over ``path`` read through chute's transport (``chute._remote``)."""
+    from chute._remote import RangedFile, open_source
+
+    return RangedFile(open_source(path, filesystem=filesystem), name=path)
+
+
+def _resolve(path: str, kwargs: dict[str, Any], owner: str) -> tuple[Any, dict[str, Any]]:
+    """The source and keywords for ``ParquetFile``: a file object, or a path and filesystem."""
+    filesystem = kwargs.get("filesystem")
+    if _is_obstore(filesystem):
+        rest = {k: v for k, v in kwargs.items() if k != "filesystem"}
+        return _remote_file(path, filesystem), rest
+    if filesystem is not None or "://" not in path:
         return path, kwargs
+    if path.split("://", 1)[0].lower() in _REMOTE_SCHEMES:
+        return _remote_file(path, None), kwargs
     from pyarrow import fs as pafs
 
     try:
@@ -97,8 +130,17 @@ def _resolve(path: str, kwargs: dict[str, Any], owner: str) -> tuple[str, dict[s
 
 
 def reraise(exc: BaseException, message: str) -> None:
-    """Raises ``message`` as the builtin kind of ``exc``, chained to it."""
-    for kind in (FileNotFoundError, PermissionError, IsADirectoryError, ValueError, OSError):
+    """Raises ``message`` as the builtin (or chute) kind of ``exc``, chained to it."""
+    kinds = (
+        SourceChangedError,
+        RetryBudgetExceeded,
+        FileNotFoundError,
+        PermissionError,
+        IsADirectoryError,
+        ValueError,
+        OSError,
+    )
+    for kind in kinds:
         if isinstance(exc, kind):
             raise kind(message) from exc
     raise exc
@@ -107,14 +149,35 @@ def reraise(exc: BaseException, message: str) -> None:
 def open_file(path: str, kwargs: dict[str, Any], owner: str) -> Any:
     """``pyarrow.parquet.ParquetFile(path)``, with errors that name the file."""
     pq = pyarrow_parquet()
-    source, kwargs = _resolve(path, kwargs, owner)
     try:
-        return pq.ParquetFile(source, **kwargs)
+        source, kwargs = _resolve(path, kwargs, owner)
+        pf = pq.ParquetFile(source, **kwargs)
+        if not isinstance(source, str):  # chute's RangedFile: read_group prefetches through it
+            pf._chute_file = source
+        return pf
     except FileNotFoundError as exc:
         reraise(exc, f"{owner}: Parquet file {path!r} does not exist ({exc}).")
     except (OSError, ValueError) as exc:
         reraise(exc, f"{owner}: {path!r} is not a readable Parquet file: {exc}")
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def version_of(pf: Any) -> str | None:
+    """The version (ETag, generation) of a file opened through chute's transport, else ``None``."""
+    file = getattr(pf, "_chute_file", None)
+    return None if file is None else file.version
+
+
+def check_version(pf: Any, path: str, expected: str | None, owner: str) -> None:
+    """Raises ``SourceChangedError`` if ``pf`` is another version of ``path`` than ``expected``."""
+    now = version_of(pf)
+    if expected is not None and now != expected:
+        pf.close()
+        raise SourceChangedError(
+            f"{owner}: {path} changed since the source was built (version {expected} then, "
+            f"{now} now), so its rows may no longer be where its index says. Build the "
+            "source again to read the new version."
+        )
 
 
 def read_group(
@@ -124,11 +187,36 @@ def read_group(
 
     Also returns the row group's size in memory as Arrow data, in bytes.
     """
+    file = getattr(pf, "_chute_file", None)
     try:
+        if file is not None:
+            file.prefetch(group_ranges(pf.metadata.row_group(group), columns))
         table = pf.read_row_group(group, columns=None if columns is None else list(columns))
     except (OSError, ValueError) as exc:
         reraise(exc, f"{owner}: cannot read row group {group} of {path!r}: {exc}")
+    finally:
+        if file is not None:
+            file.forget()
     return table.column_names, [column.to_numpy() for column in table.columns], table.nbytes
+
+
+def group_ranges(meta: Any, columns: Sequence[str] | None) -> list[tuple[int, int]]:
+    """The ``(offset, length)`` of each column chunk of a row group that ``columns`` reads.
+
+    ``meta`` is the row group's ``RowGroupMetaData``; a nested column's chunks belong to
+    its top-level name.
+    """
+    wanted = None if columns is None else set(columns)
+    ranges = []
+    for c in range(meta.num_columns):
+        chunk = meta.column(c)
+        if wanted is not None and chunk.path_in_schema.split(".", 1)[0] not in wanted:
+            continue
+        start = chunk.data_page_offset
+        if chunk.has_dictionary_page and 0 < chunk.dictionary_page_offset < start:
+            start = chunk.dictionary_page_offset
+        ranges.append((int(start), int(chunk.total_compressed_size)))
+    return ranges
 
 
 def rows(names: list[str], columns: list[np.ndarray], start: int, stop: int) -> list[Any]:

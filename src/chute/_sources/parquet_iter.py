@@ -29,12 +29,15 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
 
     Args:
         path: A path or a sequence of paths to Parquet files: local paths, or
-            URLs of a filesystem pyarrow or fsspec supports (see
-            ``chute._sources.parquet_io``).
+            URLs: ``s3://``, ``gs://``, ``az://`` and ``https://`` through chute's
+            object-store transport, with credentials from the environment, other
+            schemes through pyarrow or fsspec (see ``chute._sources.parquet_io``).
         cycle_length: chute's addition: how many files are read in turn
             (Grain reads 16).  1 reads the files one after another.
         **read_kwargs: Passed on to ``pyarrow.parquet.ParquetFile``, such as
-            ``filesystem=``, ``memory_map=`` or ``read_dictionary=``.
+            ``memory_map=`` or ``read_dictionary=``; and ``filesystem=``: an obstore
+            store (read through chute's transport), a ``pyarrow.fs.FileSystem`` or an
+            fsspec filesystem.
 
     Raises:
         ImportError: pyarrow is not installed (``pip install chute[parquet]``).

@@ -6,10 +6,26 @@ A TFRecord file is a run of records, each framed as::
 
 all little-endian.  Reading needs neither TensorFlow nor any other package:
 CRC32C runs in a C package when one is installed (``google-crc32c`` or
-``crc32c``) and otherwise in numpy (``chute._sources._crc32c``).  Files are read in
-chunks of a mebibyte and closed between chunks, so an iterator never holds a
-file open.  A damaged file raises ``ValueError`` naming the file and the byte
-offset of the bad record; the iterator stays there, so it never skips data.
+``crc32c``) and otherwise in numpy (``chute._sources._crc32c``).
+
+**Where files can live.**  Paths are local paths or URLs of objects in a bucket
+(``s3://``, ``gs://``, ``az://``, ``https://``), read through chute's object-store
+transport (``chute._remote``) as ArrayRecord files in a bucket are: credentials and
+endpoints come from the usual environment variables (``AWS_*`` with
+``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS``, ``STORAGE_EMULATOR_HOST``,
+``AZURE_*``), or from ``filesystem=`` (an obstore store or an fsspec filesystem,
+with URLs or paths inside it).  Local and remote files are read alike, through a
+ranged byte source: local files in chunks of a mebibyte, opened again for each
+chunk, so an iterator never holds a file open; objects in chunks of 8 MiB, one
+ranged GET each, retried with backoff on transient failures.
+
+**Errors.**  A damaged file raises ``ValueError`` naming the file and the byte
+offset of the bad record; the iterator stays there, so it never skips data.  A
+local file that changes while it is read raises ``ValueError`` ("changed since
+it was opened"); an object that is replaced raises ``SourceChangedError``; a
+missing object raises ``FileNotFoundError`` naming its URL when the iterator
+reaches it.  Checkpoints are positions (file index, byte offset), so one taken
+on local files restores on the same files in a bucket.
 """
 
 from __future__ import annotations
@@ -20,9 +36,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset
-from chute._core.errors import CheckpointError, Origin, mark_origin
+from chute._core.errors import CheckpointError, Origin, SourceChangedError, mark_origin
 from chute._core.validate import check_int
+from chute._remote.open import open_source
+from chute._remote.source import REMOTE_SCHEMES
 from chute._sources._crc32c import masked_crc32c
+from chute._sources.ranged_source import LocalRanges
 
 __all__ = ["TFRecordIterDataset", "read_tfrecord", "write_tfrecord"]
 
@@ -30,7 +49,8 @@ _NAME = "TFRecordIterDataset"
 _HEADER = struct.Struct("<QI")  # length, masked CRC of the length's 8 bytes
 _FOOTER = struct.Struct("<I")  # masked CRC of the data
 _FRAME = _HEADER.size + _FOOTER.size
-_CHUNK_BYTES = 1 << 20
+_CHUNK_BYTES = 1 << 20  # read from a local file at once
+_REMOTE_CHUNK_BYTES = 8 << 20  # one ranged GET of an object in a bucket
 
 
 def _check_paths(path: Any, what: str) -> tuple[str, ...]:
@@ -48,10 +68,19 @@ def _check_paths(path: Any, what: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _check_files(paths: tuple[str, ...], what: str) -> tuple[str, ...]:
-    """Raises ``FileNotFoundError`` (Grain's words first) unless every path is a file."""
+def _is_remote(path: str) -> bool:
+    return "://" in path and path.split("://", 1)[0].lower() in REMOTE_SCHEMES
+
+
+def _check_files(paths: tuple[str, ...], what: str, filesystem: Any = None) -> tuple[str, ...]:
+    """Raises ``FileNotFoundError`` (Grain's words first) unless every local path is a file.
+
+    Objects in a bucket (and paths in ``filesystem``) are found, or not, when opened.
+    """
+    if filesystem is not None:
+        return paths
     for p in paths:
-        if not os.path.isfile(p):
+        if not _is_remote(p) and not os.path.isfile(p):
             raise FileNotFoundError(
                 f"[Errno 2] No such file or directory: {p!r}. chute: {what}: no such TFRecord "
                 f"file: {p!r}."
@@ -69,26 +98,52 @@ def _size_now(path: str) -> int:
 class _FileReader:
     """The records of one file from byte ``offset`` on, read a chunk at a time."""
 
-    def __init__(self, path: str, offset: int, verify: bool) -> None:
+    def __init__(self, path: str, offset: int, verify: bool, filesystem: Any = None) -> None:
         self.path, self.offset, self._verify = path, offset, verify
         self._buf, self._start = b"", offset  # a chunk of the file and its offset
-        self._size = os.path.getsize(path)  # the file as opened: it must not shrink
+        self._source = open_source(path, filesystem=filesystem)
+        self._local = isinstance(self._source, LocalRanges)
+        self._size = self._source.size()  # the file as opened: it must not change
+        self._version = self._source.version
+        if self._local:
+            self._source.close()  # opened again for each chunk: never held open
 
     def _window(self, size: int) -> tuple[bytes, int]:
         """The buffer, holding ``size`` bytes from ``offset`` if the file has them."""
         i = self.offset - self._start
         if i + size > len(self._buf):
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                self._buf = f.read(max(size, _CHUNK_BYTES))
+            chunk = _CHUNK_BYTES if self._local else _REMOTE_CHUNK_BYTES
+            self._buf = self._fetch(min(max(size, chunk), self._size - self.offset))
             self._start, i = self.offset, 0
         return self._buf, i
 
+    def _fetch(self, length: int) -> bytes:
+        """``length`` bytes from ``offset`` (none past the end), from the file as opened."""
+        if length <= 0:
+            return b""
+        try:
+            if self._local and self._source.version != self._version:
+                raise self._changed()
+            return self._source.read_ranges([(self.offset, length)])[0]
+        except SourceChangedError as exc:
+            if self._local:
+                raise self._changed() from exc
+            mark_origin(exc, Origin(file=self.path, offset=self.offset))
+            raise
+        finally:
+            if self._local:
+                self._source.close()
+
+    def close(self) -> None:
+        self._source.close()
+
     def _changed(self) -> ValueError:
+        now = _size_now(self.path)
+        how = f"{self._size} bytes then, {now} now" if now != self._size else "written to since"
         return self._error(
-            f"TFRecord file {self.path!r} changed since it was opened ({self._size} bytes then, "
-            f"{_size_now(self.path)} now), so the record at byte offset {self.offset} cannot be "
-            "read as it was. If it was replaced on purpose, iterate it again."
+            f"TFRecord file {self.path!r} changed since it was opened ({how}), so the record "
+            f"at byte offset {self.offset} cannot be read as it was. If it was replaced on "
+            "purpose, iterate it again."
         )
 
     def _corrupt(self, problem: str) -> ValueError:
@@ -107,19 +162,15 @@ class _FileReader:
     def read(self) -> bytes | None:
         """The next record, or ``None`` at the end of the file."""
         buf, i = self._window(_HEADER.size)
-        if len(buf) - i < _HEADER.size:
-            if len(buf) == i and self.offset >= self._size:
-                return None
+        if len(buf) - i < _HEADER.size:  # reads stop at the end of the file as opened
             if len(buf) == i:
-                raise self._changed()
+                return None
             raise self._corrupt(f"truncated header ({len(buf) - i} of {_HEADER.size} bytes)")
         length, length_crc = _HEADER.unpack_from(buf, i)
         if masked_crc32c(buf[i : i + 8]) != length_crc:
             raise self._corrupt("bad length checksum")
         buf, i = self._window(length + _FRAME)
-        if len(buf) - i < length + _FRAME:
-            if _size_now(self.path) != self._size:
-                raise self._changed()
+        if len(buf) - i < length + _FRAME:  # the file is as opened: _fetch checks
             got = len(buf) - i - _HEADER.size
             raise self._corrupt(f"truncated record ({got} of {length + 4} data+checksum bytes)")
         start = i + _HEADER.size
@@ -131,22 +182,29 @@ class _FileReader:
 
 
 def read_tfrecord(
-    path: str | os.PathLike[str], *, verify_checksums: bool = True
+    path: str | os.PathLike[str], *, verify_checksums: bool = True, filesystem: Any = None
 ) -> Iterator[bytes]:
     """Yields the records of one TFRecord file, as bytes.
 
     Args:
-        path: The file.
+        path: The file: a local path or a URL (``s3://``, ``gs://``, ``az://``,
+            ``https://``; see the module docstring).
         verify_checksums: Check each record's data CRC (lengths are always checked).
+        filesystem: An obstore store or fsspec filesystem to read ``path`` through.
 
     Raises:
         FileNotFoundError: The file does not exist.
         ValueError: The file is damaged; the message names the file and byte offset.
+        SourceChangedError: An object in a bucket was replaced while it was read.
     """
-    paths = _check_files(_check_paths(path, "read_tfrecord"), "read_tfrecord")
-    reader = _FileReader(paths[0], 0, bool(verify_checksums))
-    while (record := reader.read()) is not None:
-        yield record
+    what = "read_tfrecord"
+    paths = _check_files(_check_paths(path, what), what, filesystem)
+    reader = _FileReader(paths[0], 0, bool(verify_checksums), filesystem)
+    try:
+        while (record := reader.read()) is not None:
+            yield record
+    finally:
+        reader.close()
 
 
 def write_tfrecord(records: Iterable[Any], path: str | os.PathLike[str]) -> int:
@@ -181,13 +239,20 @@ class TFRecordIterDataset(IterDataset[bytes]):
     """The raw records of TFRecord files, as bytes, one file after another.
 
     Args:
-        path: A path or a sequence of paths to uncompressed TFRecord files.
+        path: A path or a sequence of paths to uncompressed TFRecord files: local
+            paths, or URLs of objects in a bucket (``s3://``, ``gs://``, ``az://``,
+            ``https://``), with credentials from the environment (see the module
+            docstring).
         verify_checksums: Check each record's data CRC (lengths are always
             checked).  chute's addition; ``False`` reads faster.
+        filesystem: chute's addition: an obstore store or an fsspec filesystem to
+            read every path through (URLs, or paths inside it).
 
     Raises:
-        FileNotFoundError: A file does not exist (checked by ``iter()``, as in Grain).
+        FileNotFoundError: A local file does not exist (checked by ``iter()``, as in
+            Grain); an object in a bucket does not exist (when the iterator reaches it).
         ValueError: When read: a damaged record, named by file and byte offset.
+        SourceChangedError: When read: an object in a bucket was replaced.
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "data.tfrecord")
@@ -196,37 +261,45 @@ class TFRecordIterDataset(IterDataset[bytes]):
     [5, 6, 5, 6]
     """
 
-    def __init__(self, path: Any, *, verify_checksums: bool = True) -> None:
+    def __init__(self, path: Any, *, verify_checksums: bool = True, filesystem: Any = None) -> None:
         super().__init__()
         self._paths = _check_paths(path, _NAME)
         self._verify = bool(verify_checksums)
+        self._filesystem = filesystem
 
     def __iter__(self) -> DatasetIterator[bytes]:
-        return _TFRecordIterator(self._paths, self._verify)
+        return _TFRecordIterator(self._paths, self._verify, self._filesystem)
 
     def _describe(self) -> str:
         paths = repr(self._paths[0]) + (
             f", ... ({len(self._paths)} files)" if len(self._paths) > 1 else ""
         )
-        return f"paths={paths}, verify_checksums={self._verify}"
+        filesystem = (
+            "" if self._filesystem is None else f", filesystem=<{type(self._filesystem).__name__}>"
+        )
+        return f"paths={paths}, verify_checksums={self._verify}{filesystem}"
 
 
 class _TFRecordIterator(DatasetIterator[bytes]):
     _stage = "tfrecord"
 
-    def __init__(self, paths: tuple[str, ...], verify: bool) -> None:
+    def __init__(self, paths: tuple[str, ...], verify: bool, filesystem: Any) -> None:
         super().__init__()
-        self._paths, self._verify = _check_files(paths, _NAME), verify
+        self._paths, self._verify = _check_files(paths, _NAME, filesystem), verify
+        self._filesystem = filesystem
         self._last_offset: int | None = None  # where the record returned last starts
+        self._reader: _FileReader | None = None
         self._seek(0, 0)
 
     def _seek(self, file_index: int, offset: int) -> None:
-        self._file, self._last_offset = file_index, None
-        self._reader = (
-            _FileReader(self._paths[file_index], offset, self._verify)
-            if file_index < len(self._paths)
-            else None
-        )
+        """Moves to ``offset`` in file ``file_index``; stays put if that file fails to open."""
+        reader = None
+        if file_index < len(self._paths):
+            path = self._paths[file_index]
+            reader = _FileReader(path, offset, self._verify, self._filesystem)
+        if self._reader is not None:
+            self._reader.close()
+        self._file, self._last_offset, self._reader = file_index, None, reader
 
     def __next__(self) -> bytes:
         if self._closed:
