@@ -27,7 +27,7 @@ and the same ending in ``.mp_prefetch(MultiprocessingOptions(num_workers=2))``. 
 local`` (the local shards, array_record's C++ reader) and ``chute local index`` (the local
 index, chute's own reader).  Beside them (``remote_loops.py``): ``hand loop`` (one ranged
 GET per record in the shuffled order, its chunk decoded; boto3 for S3, ``http.client``
-for http) and ``GET limit`` (a batch's ranged GETs all at once through obstore, nothing
+for http) and ``GET limit`` (a batch's ranged GETs, 64 at a time through obstore, nothing
 decoded: the ceiling of any reader that needs a request a record).  Grain cannot read
 ``s3://`` without FUSE; the benchmark tries ``grain.sources.ArrayRecordDataSource(["s3://..."])``
 and prints the error.

@@ -118,7 +118,7 @@ class HandLoop:
 
 
 class GetLimit:
-    """A batch's ranged GETs, all at once through obstore; bytes dropped, nothing decoded.
+    """A batch's ranged GETs, 64 at a time through obstore; bytes dropped, nothing decoded.
 
     ``store`` is an obstore store and ``keys`` the shards' paths in it.
     """
