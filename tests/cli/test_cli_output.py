@@ -110,3 +110,18 @@ def test_inspect_with_a_wrong_shard_count_names_the_counts_that_exist(
     status, _, err = run_cli(capsys, "inspect", f"{tmp_path / 'train'}@5")
     assert status == 2
     assert f"has 4 shards (use {tmp_path / 'train'}@4)" in err
+
+
+def test_inspect_of_a_local_index_counts_each_shard_it_lists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "rows.jsonl").write_text("".join(f'{{"id": {i}}}\n' for i in range(5)))
+    assert main(["convert", str(tmp_path / "rows.jsonl"), str(tmp_path / "out"),
+                 "--num-shards", "2", "--no-progress"]) == 0  # fmt: skip
+    capsys.readouterr()
+    index = str(tmp_path / "out.chute-index")
+    status, out, err = run_cli(capsys, "inspect", index, "-n", "1")
+    assert (status, err) == (0, "")
+    assert out.startswith(f"{index}: 2 file(s), 5 record(s), ")
+    assert f"  {tmp_path / 'out-00001-of-00002.array_record'}: 2 record(s)" in out
+    assert "{'id': 0}" in out
