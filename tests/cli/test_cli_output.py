@@ -125,3 +125,26 @@ def test_inspect_of_a_local_index_counts_each_shard_it_lists(
     assert out.startswith(f"{index}: 2 file(s), 5 record(s), ")
     assert f"  {tmp_path / 'out-00001-of-00002.array_record'}: 2 record(s)" in out
     assert "{'id': 0}" in out
+
+
+@pytest.mark.parametrize(
+    ("output", "says"),
+    [
+        ("s3://bucket", "names a bucket but no file-name prefix; give one, e.g. s3://bucket/data"),
+        ("gs://bucket/folder/", "is a folder; give a file-name prefix inside it"),
+        ("s3://bucket/train-*", "holds a wildcard"),
+        ("https://host/data/train", "cannot write to https:// URLs"),
+    ],
+)
+def test_bucket_outputs_that_name_no_prefix_are_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str, says: str
+) -> None:
+    (tmp_path / "rows.jsonl").write_text('{"id": 1}\n')
+    status, out, err = run_cli(capsys, "convert", tmp_path / "rows.jsonl", output)
+    assert (status, out) == (2, "") and err.count("\n") == 1
+    assert output in err and says in err
+
+
+def test_a_bucket_input_is_refused_with_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run_cli(capsys, "convert", "s3://bucket/rows.jsonl", "out/train")
+    assert status == 2 and "reads its INPUT from local files only; copy it" in err
