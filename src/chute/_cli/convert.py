@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if remote:
         sizes = convert_bucket.write_shards(records, shards, args, todo, listed)
-        convert_bucket.write_index_and_manifest(prefix, shards, described, records.count)
+        convert_bucket.write_manifest_and_index(prefix, shards, described, records.count)
         _report(f"{fmt} input {args.input}: {records.count} records into", shards, sizes)
         return 0
     written = _write(records, prefix, args, todo)

@@ -48,7 +48,7 @@ from chute._remote.write import delete_object, upload_file, write_object
 from chute._sources.array_record_index import SUFFIX, write_index
 from chute._sources.array_record_writer import write_array_record
 
-__all__ = ["found_in_bucket", "index_if_missing", "write_index_and_manifest", "write_shards"]
+__all__ = ["found_in_bucket", "index_if_missing", "write_manifest_and_index", "write_shards"]
 
 _UPLOADS_AT_ONCE = 8
 
@@ -130,7 +130,7 @@ def _index(prefix: str, shards: list[str]) -> bool:
     return True
 
 
-def write_index_and_manifest(
+def write_manifest_and_index(
     prefix: str, shards: list[str], described: dict[str, object], records: int
 ) -> None:
     """Step 5: the manifest, then the index."""
