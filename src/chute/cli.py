@@ -15,8 +15,8 @@ more.  An exception in the user's code prints its traceback and exits with
 status 1.
 
 A mistake in the input or output (a missing file, an unknown format, an
-empty input, an unwritable folder) prints one line to stderr and exits with
-status 2.
+empty input, an unwritable folder, a missing bucket, denied credentials)
+prints one line to stderr and exits with status 2.
 
 Input formats (--format auto guesses them from the file names):
   parquet      .parquet/.pq files; a record per row: {column: value}
@@ -70,6 +70,13 @@ Output:
   without a manifest, is refused: --overwrite replaces them, once the new
   shards are complete.  Options as array_record's writer takes them
   (--options 'group_size:1,zstd:3').
+  OUTPUT_PREFIX may be a bucket URL (s3://bucket/data/train, gs://...,
+  az://...; credentials from the environment, as AWS_ACCESS_KEY_ID or
+  GOOGLE_APPLICATION_CREDENTIALS).  The shards are converted in a local
+  temporary folder, then each is uploaded whole under its final name, then
+  the manifest and the index: an interrupted run leaves whole shards only,
+  and no index until the set is complete (rerun it).  The same rerun and
+  --overwrite rules hold.
   Read them in chute with:
     source = chute.sources.ArrayRecordDataSource("OUTPUT_PREFIX@N")
     dataset = chute.MapDataset.source(source).map(pickle.loads)

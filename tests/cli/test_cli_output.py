@@ -110,3 +110,41 @@ def test_inspect_with_a_wrong_shard_count_names_the_counts_that_exist(
     status, _, err = run_cli(capsys, "inspect", f"{tmp_path / 'train'}@5")
     assert status == 2
     assert f"has 4 shards (use {tmp_path / 'train'}@4)" in err
+
+
+def test_inspect_of_a_local_index_counts_each_shard_it_lists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "rows.jsonl").write_text("".join(f'{{"id": {i}}}\n' for i in range(5)))
+    assert main(["convert", str(tmp_path / "rows.jsonl"), str(tmp_path / "out"),
+                 "--num-shards", "2", "--no-progress"]) == 0  # fmt: skip
+    capsys.readouterr()
+    index = str(tmp_path / "out.chute-index")
+    status, out, err = run_cli(capsys, "inspect", index, "-n", "1")
+    assert (status, err) == (0, "")
+    assert out.startswith(f"{index}: 2 file(s), 5 record(s), ")
+    assert f"  {tmp_path / 'out-00001-of-00002.array_record'}: 2 record(s)" in out
+    assert "{'id': 0}" in out
+
+
+@pytest.mark.parametrize(
+    ("output", "says"),
+    [
+        ("s3://bucket", "names a bucket but no file-name prefix; give one, e.g. s3://bucket/data"),
+        ("gs://bucket/folder/", "is a folder; give a file-name prefix inside it"),
+        ("s3://bucket/train-*", "holds a wildcard"),
+        ("https://host/data/train", "cannot write to https:// URLs"),
+    ],
+)
+def test_bucket_outputs_that_name_no_prefix_are_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str, says: str
+) -> None:
+    (tmp_path / "rows.jsonl").write_text('{"id": 1}\n')
+    status, out, err = run_cli(capsys, "convert", tmp_path / "rows.jsonl", output)
+    assert (status, out) == (2, "") and err.count("\n") == 1
+    assert output in err and says in err
+
+
+def test_a_bucket_input_is_refused_with_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
+    status, _, err = run_cli(capsys, "convert", "s3://bucket/rows.jsonl", "out/train")
+    assert status == 2 and "reads its INPUT from local files only; copy it" in err

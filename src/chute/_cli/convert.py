@@ -1,5 +1,6 @@
 """``chute convert``: rows of Parquet, JSONL, NumPy, images, TFRecord or a Hugging
-Face dataset into ArrayRecord shards (the record format is in ``chute.cli``)."""
+Face dataset into ArrayRecord shards (the record format is in ``chute.cli``), in a
+local folder or a bucket (``s3://``, ``gs://``, ``az://``: see ``convert_bucket``)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from chute._cli import convert_bucket
+from chute._cli.bucket import check_prefix, is_bucket_url
+from chute._cli.bucket import sizes as object_sizes
 from chute._cli.decode import human_size
 from chute._cli.errors import ARRAY_RECORD_MODULE, CliError, need
-from chute._cli.manifest import Plan, describe_input, manifest_path, plan, write_manifest
+from chute._cli.manifest import Found, Plan, describe_input, manifest_path, plan, write_manifest
 from chute._cli.readers import FORMATS, READERS, detect_format, notes, resolve_inputs
 from chute._cli.records import SERIALIZERS, encoder
 from chute._sources.array_record_index import SUFFIX, write_index
@@ -48,7 +52,8 @@ def register(subparsers: argparse._SubParsersAction, epilog: str) -> None:
     parser.add_argument(
         "output_prefix",
         metavar="OUTPUT_PREFIX",
-        help="where to write: OUTPUT_PREFIX-00000-of-0000N.array_record, ...",
+        help="where to write: OUTPUT_PREFIX-00000-of-0000N.array_record, ...; a local "
+        "path or a bucket URL (s3://bucket/data/train, gs://..., az://...)",
     )
     parser.add_argument(
         "--format", default="auto", choices=("auto", *FORMATS), help="input format (default: auto)"
@@ -189,25 +194,44 @@ def _write(records: _Progress, prefix: str, args: argparse.Namespace, todo: Plan
         raise CliError(f"{prefix}: cannot write the shards: {exc}") from None
 
 
-def _report(lead: str, shards: list[str]) -> None:
-    size = sum(os.path.getsize(p) for p in shards)
-    print(f"{lead} {len(shards)} shard(s), {human_size(size)}:")
-    for path in shards:
-        print(f"  {path}")
+def _report(lead: str, shards: list[str], sizes: list[int] | None = None) -> None:
+    """The shards and their total size; each one's size too for a bucket's (``sizes``)."""
+    each = sizes if sizes is not None else [os.path.getsize(p) for p in shards]
+    print(f"{lead} {len(shards)} shard(s), {human_size(sum(each))}:")
+    for path, size in zip(shards, each):
+        print(f"  {path} ({human_size(size)})" if sizes is not None else f"  {path}")
+
+
+def _check_input(spec: str) -> None:
+    if is_bucket_url(spec):
+        raise CliError(
+            f"{spec}: convert reads its INPUT from local files only; copy it to a local "
+            "folder first (the OUTPUT_PREFIX may be a bucket URL)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``chute convert`` with parsed ``args``; returns the exit status."""
     need(ARRAY_RECORD_MODULE, "writing ArrayRecord files", "array_record")  # before any work
+    _check_input(args.input)
     paths = resolve_inputs(args.input)
     fmt = detect_format(paths, args.format)
-    prefix = _check_output(args.output_prefix)
+    remote = is_bucket_url(args.output_prefix)
+    prefix = check_prefix(args.output_prefix) if remote else _check_output(args.output_prefix)
     shards = shard_paths(prefix, args.num_shards)
     described = describe_input(paths, fmt, args)
-    todo = plan(prefix, shards, described, args.overwrite)
+    found: Found | None = None
+    listed: list[str] = []
+    if remote:  # before any work: a missing bucket or denied access is said now
+        found, listed = convert_bucket.found_in_bucket(prefix)
+    todo = plan(prefix, shards, described, args.overwrite, found)
     if todo.action == "skip":
         lead = f"{prefix}: nothing to do (converted from this input already; --overwrite redoes it)"
-        _report(f"{lead}, found", shards)
+        if not remote:
+            _report(f"{lead}, found", shards)
+            return 0
+        _report(f"{lead}, found", shards, object_sizes(shards))
+        convert_bucket.index_if_missing(prefix, shards, listed)
         return 0
     for line in notes(fmt, paths):
         print(line)
@@ -217,6 +241,11 @@ def run(args: argparse.Namespace) -> int:
     records = _Progress(
         _first_and_rest((encode(row) for row in rows), args.input), total, args.no_progress
     )
+    if remote:
+        sizes = convert_bucket.write_shards(records, shards, args, todo, listed)
+        convert_bucket.write_manifest_and_index(prefix, shards, described, records.count)
+        _report(f"{fmt} input {args.input}: {records.count} records into", shards, sizes)
+        return 0
     written = _write(records, prefix, args, todo)
     write_manifest(prefix, described, records.count)
     try:  # the index that opens the set in bounded memory (ArrayRecordDataSource(index))

@@ -12,6 +12,7 @@ import argparse
 import os
 import re
 
+from chute._cli.bucket import resolve_url
 from chute._cli.decode import human_size
 from chute._cli.errors import CliError
 from chute._sources.array_record_format import ArrayRecordFormatError
@@ -52,15 +53,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``chute index``; returns the exit status."""
-    try:
-        if is_url(args.shards):  # a bucket: a glob or a prefix of its objects
-            from chute._remote import list_prefix
-
-            files = list_prefix(args.shards)
-        else:
+    if is_url(args.shards):  # a bucket: a glob, PREFIX@N or a convert OUTPUT_PREFIX
+        files = resolve_url(args.shards)
+    else:
+        try:
             files = [f for f, _, _ in expand(args.shards)]
-    except (OSError, ValueError) as exc:
-        raise CliError(f"{args.shards}: {exc}") from None
+        except (OSError, ValueError) as exc:
+            raise CliError(f"{args.shards}: {exc}") from None
     if not files:
         raise CliError(f"{args.shards}: no ArrayRecord files match.")
     output = args.output or default_index_path(files[0])

@@ -3,7 +3,9 @@
 Prints the number of files, records and bytes, then the first few records
 decoded as well as it can (see ``chute._cli.decode``).  Files whose name does
 not say another format are read as ArrayRecord (TFDS names its shards
-``name.array_record-00000-of-00010``).
+``name.array_record-00000-of-00010``).  Bucket URLs (an OUTPUT_PREFIX, a quoted
+glob, ``PREFIX@N``, one shard) and ``.chute-index`` files are read through chute's
+own reader instead (``chute._cli.inspect_indexed``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from chute._cli.decode import describe, human_size, show
 from chute._cli.errors import ARRAY_RECORD_MODULE, CliError, need
+from chute._cli.inspect_indexed import is_indexed, read_indexed
 from chute._cli.readers import READERS, detect_format
 from chute._sources.array_record_paths import shard_sets, shard_sets_text
 
@@ -46,13 +49,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "decoded as well as possible: pickle, JSON, NumPy .npy bytes, UTF-8 text, "
             "msgpack, else a hex preview.  Reads ArrayRecord files, and every input format "
             "of 'chute convert' (TFRecord, Parquet, JSONL, .npy, .npz, image folders, "
-            "Hugging Face datasets) as convert would."
+            "Hugging Face datasets) as convert would.  ArrayRecord shards in a bucket "
+            "(s3://, gs://, az://) and .chute-index files are read with chute's own "
+            "reader: only the footers and the chunks of the first records are fetched."
         ),
     )
     parser.add_argument(
         "path",
         metavar="PATH",
-        help="a file, a quoted glob, a folder, or an OUTPUT_PREFIX given to 'chute convert'",
+        help="a file, a quoted glob, a folder, PREFIX@N, an OUTPUT_PREFIX given to "
+        "'chute convert', or an index (PREFIX.chute-index); local, or a bucket URL "
+        "(s3://bucket/data/train, 's3://bucket/data/train-*.array_record', ...)",
     )
     parser.add_argument(
         "-n", "--num-records", type=int, default=3, help="records to show (default: 3)"
@@ -165,7 +172,7 @@ def _rows(files: list[Path], fmt: str, want: int, trust: bool) -> _Summary:
     return summary
 
 
-def _missing_shards(files: list[Path]) -> list[str]:
+def _missing_shards(files: list[Path] | list[str]) -> list[str]:
     """Warnings for ``convert`` outputs with shards missing (deleted, or a run killed
     while renaming its finished shards)."""
     found: dict[tuple[str, int], int] = {}
@@ -194,8 +201,8 @@ def _size(path: Path) -> int:
     return path.stat().st_size
 
 
-def _print(spec: str, files: list[Path], summary: _Summary, limit: int) -> None:
-    sizes = [_size(path) for path in files]
+def _print(spec: str, files: list[Path] | list[str], summary: _Summary, limit: int,
+           sizes: list[int]) -> None:  # fmt: skip
     total = sum(summary.counts)
     print(f"{spec}: {len(files)} file(s), {total} record(s), {human_size(sum(sizes))}")
     shown = list(zip(files, summary.counts, sizes))[:_MAX_FILES_SHOWN]
@@ -217,6 +224,12 @@ def run(args: argparse.Namespace) -> int:
     """Runs ``chute inspect`` with parsed ``args``; returns the exit status."""
     if args.num_records < 0 or args.max_chars < 1:
         raise CliError("--num-records must be 0 or more and --max-chars 1 or more")
+    if is_indexed(args.path):  # chute's own reader: no array_record needed
+        found = read_indexed(args.path, args.num_records)
+        head = [_entry(record, args.trust_pickle) for record in found.head]
+        summary = _Summary(found.counts, head)
+        _print(args.path, found.files, summary, args.max_chars, found.sizes)
+        return 0
     files = resolve(args.path)
     fmt = _kind(files)
     if fmt == "array_record":
@@ -224,5 +237,5 @@ def run(args: argparse.Namespace) -> int:
         summary = _array_record(files, args.num_records, args.trust_pickle)
     else:
         summary = _rows(files, fmt, args.num_records, args.trust_pickle)
-    _print(args.path, files, summary, args.max_chars)
+    _print(args.path, files, summary, args.max_chars, [_size(path) for path in files])
     return 0

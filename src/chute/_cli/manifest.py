@@ -14,6 +14,9 @@ shard count.  A rerun compares it with the input as it is now:
   ``--overwrite``, which writes the new shards under other names and only
   then replaces the old ones (and removes the old shards of other counts).
 
+The same rules hold for an OUTPUT_PREFIX in a bucket: ``chute._cli.convert_bucket``
+lists its shards and reads its manifest into a ``Found`` and passes it to ``plan``.
+
 >>> differences({"format": "npy", "num_shards": 2}, {"format": "npy", "num_shards": 4})
 ['--num-shards 2 then, 4 now']
 """
@@ -30,7 +33,17 @@ from typing import Any
 from chute._cli.errors import CliError
 from chute._sources.array_record_paths import shard_sets
 
-__all__ = ["Plan", "describe_input", "differences", "manifest_path", "plan", "write_manifest"]
+__all__ = [
+    "Found",
+    "Plan",
+    "describe_input",
+    "differences",
+    "found_locally",
+    "manifest_bytes",
+    "manifest_path",
+    "plan",
+    "write_manifest",
+]
 
 VERSION = 1
 _LISTED = 1000  # inputs of at most this many files keep their listing, to name a changed one
@@ -112,6 +125,22 @@ class Plan:
     stale: list[str] = field(default_factory=list)  # old shards that the new ones replace
 
 
+@dataclass
+class Found:
+    """What is at OUTPUT_PREFIX now: its shards, and the manifest's content (``None``: none)."""
+
+    shards: list[str]
+    recorded: dict[str, Any] | None
+    manifest_name: str
+
+
+def found_locally(prefix: str) -> Found:
+    """The shards and the manifest in the local folder of ``prefix``."""
+    shards = [f for files in shard_sets(prefix).values() for f in files]
+    path = manifest_path(prefix)
+    return Found(shards, _recorded(path), path.name)
+
+
 def _recorded(path: Path) -> dict[str, Any] | None:
     try:
         with path.open(encoding="utf-8") as file:
@@ -123,22 +152,32 @@ def _recorded(path: Path) -> dict[str, Any] | None:
     return recorded if isinstance(recorded, dict) else {}
 
 
-def plan(prefix: str, targets: list[str], now: dict[str, Any], overwrite: bool) -> Plan:
-    """What to do at ``prefix``, whose shards will be ``targets``; refuses with a ``CliError``."""
-    existing = [f for files in shard_sets(prefix).values() for f in files]
+def plan(
+    prefix: str,
+    targets: list[str],
+    now: dict[str, Any],
+    overwrite: bool,
+    found: Found | None = None,
+) -> Plan:
+    """What to do at ``prefix``, whose shards will be ``targets``; refuses with a ``CliError``.
+
+    ``found`` is what is at ``prefix`` (``found_locally(prefix)`` when not given).
+    """
+    found = found if found is not None else found_locally(prefix)
+    existing = found.shards
     others = [f for f in existing if f not in targets]
     if not existing:
         return Plan("write")
     if overwrite:
         return Plan("replace", stale=others)
-    then = _recorded(manifest_path(prefix))
+    then = found.recorded
     changes = differences(then, now) if then is not None else []
     if not others and not changes and len(existing) < len(targets):
         return Plan("write")  # a run killed while renaming its shards: convert again
     if not others and not changes and then is not None:
         return Plan("skip")
     if then is None:
-        reason = f"no manifest ({manifest_path(prefix).name}) says what they were converted from"
+        reason = f"no manifest ({found.manifest_name}) says what they were converted from"
     elif changes:
         reason = f"they were converted from another input or with other options: {changes[0]}"
     else:
@@ -149,9 +188,14 @@ def plan(prefix: str, targets: list[str], now: dict[str, Any], overwrite: bool) 
     )
 
 
+def manifest_bytes(described: dict[str, Any], records: int) -> bytes:
+    """The manifest's content: ``described`` and the number of ``records`` written."""
+    return (json.dumps({**described, "records": records}, indent=1) + "\n").encode()
+
+
 def write_manifest(prefix: str, described: dict[str, Any], records: int) -> None:
     """Writes the manifest atomically (a temporary file renamed over the old one)."""
     path = manifest_path(prefix)
     temp = path.with_name(path.name + ".tmp")
-    temp.write_text(json.dumps({**described, "records": records}, indent=1) + "\n")
+    temp.write_bytes(manifest_bytes(described, records))
     os.replace(temp, path)

@@ -1,4 +1,5 @@
-"""Writing an object all at once or not at all: ``ObjectWriter`` and ``write_object``.
+"""Writing an object all at once or not at all: ``ObjectWriter``, ``write_object``,
+``upload_file``; and ``delete_object``.
 
 The bytes are staged in a spooled temporary file (memory up to 64 MiB, then local disk)
 and uploaded only at ``commit()``: as one PUT, or as a multipart upload that the store
@@ -6,7 +7,9 @@ completes only after its last part, so no reader ever sees a half-written object
 the final name.  A writer that fails before ``commit()`` sends nothing at all; an upload
 that fails midway leaves no object (an S3 multipart upload left incomplete costs storage
 until the bucket's lifecycle rule for incomplete uploads removes it).  Local files are
-written to a temporary file beside the target and renamed over it.
+written to a temporary file beside the target and renamed over it.  ``upload_file``
+uploads a finished local file the same way, reading it in place instead of through a
+spool.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import asyncio
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import IO, Any
 
 from chute._remote import backends
@@ -120,6 +123,95 @@ def write_object(
     with ObjectWriter(url, filesystem=filesystem) as writer:
         for chunk in chunks:
             writer.write(chunk)
+
+
+def upload_file(
+    path: str | os.PathLike[str],
+    url: str | os.PathLike[str],
+    *,
+    filesystem: Any = None,
+    retry: RetryPolicy | None = None,
+) -> None:
+    """Uploads the local file ``path`` to ``url`` all at once or not at all.
+
+    Like ``ObjectWriter.commit()`` (one PUT or a multipart upload completed after its
+    last part, retried on transient failures), but read from the file in place.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "local").write_bytes(b"abc")
+        >>> upload_file(folder / "local", folder / "copy")
+        >>> (folder / "copy").read_bytes()
+        b'abc'
+    """
+    writer = ObjectWriter(url, filesystem=filesystem, retry=retry)
+    writer.abort()  # its spool is not needed: the file is the spool
+    with open(path, "rb") as file:
+        writer._upload(file)
+
+
+def delete_object(
+    url: str | os.PathLike[str], *, filesystem: Any = None, retry: RetryPolicy | None = None
+) -> None:
+    """Deletes the object at ``url``; one that is not there is no error.
+
+    Transient failures are retried as reads are; 403 raises ``PermissionError``.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "gone"
+        >>> _ = path.write_bytes(b"x")
+        >>> delete_object(path); delete_object(path)
+        >>> path.exists()
+        False
+    """
+    url = os.fspath(url)
+    scheme, bucket, key = split_url(url)
+    fs = filesystem
+    if fs is None and scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST"):
+        fs = backends.gcs_emulator_filesystem()
+    if scheme == "file" and fs is None:
+        remove = _remove_local(key)
+    elif fs is not None and not backends.is_obstore(fs):
+        remove = _remove_fsspec(fs, f"{bucket}/{key}")
+    else:
+        store = fs if fs is not None else backends.obstore_store(scheme, bucket)
+        remove = _remove_obstore(store, key)
+    policy = retry if retry is not None else RetryPolicy()
+    asyncio.run(with_retries(remove, policy, lambda exc: None, lambda: f"DELETE {url}"))
+
+
+def _remove_local(path: str) -> Callable[[], Awaitable[None]]:
+    async def remove() -> None:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+    return remove
+
+
+def _remove_fsspec(fs: Any, path: str) -> Callable[[], Awaitable[None]]:
+    async def remove() -> None:
+        try:
+            await asyncio.to_thread(fs.rm_file, path)
+        except FileNotFoundError:
+            pass
+
+    return remove
+
+
+def _remove_obstore(store: Any, key: str) -> Callable[[], Awaitable[None]]:
+    obstore = backends._import_obstore()
+
+    async def remove() -> None:
+        try:
+            await asyncio.to_thread(obstore.delete, store, key)
+        except (FileNotFoundError, obstore.exceptions.NotFoundError):
+            pass  # stores other than S3 answer 404 for a key that is not there
+
+    return remove
 
 
 def _replace_local(path: str, spool: IO[bytes]) -> None:

@@ -147,6 +147,11 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
     def __len__(self) -> int:
         return self._len
 
+    @property
+    def shards(self) -> tuple[IndexedShard, ...]:
+        """Each shard's path (or URL), size and record count, in read order."""
+        return self._index.shards
+
     def __getitem__(self, index: int) -> bytes:
         i = index if type(index) is int else as_index(index, _WHAT)
         if not 0 <= i < self._len:
