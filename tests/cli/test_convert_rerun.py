@@ -134,3 +134,17 @@ def test_an_output_inside_the_input_folder_is_not_taken_for_input(
     assert convert(capsys, tmp_path / "images", tmp_path / "images" / "out")[0] == 0
     status, out, _ = convert(capsys, tmp_path / "images", tmp_path / "images" / "out")
     assert status == 0 and "nothing to do" in out
+
+
+def test_a_rerun_writes_the_index_a_killed_run_did_not(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = write_rows(tmp_path / "rows.jsonl", [{"i": i} for i in range(10)])
+    assert convert(capsys, rows, tmp_path / "out", "--num-shards", 2)[0] == 0
+    index = tmp_path / "out.chute-index"
+    index.unlink()  # as if the run died between its manifest and its index
+    status, out, _ = convert(capsys, rows, tmp_path / "out", "--num-shards", 2)
+    assert status == 0 and "nothing to do" in out
+    assert sorted(pickle.loads(r)["i"] for r in ArrayRecordDataSource(str(index))) == list(
+        range(10)
+    )

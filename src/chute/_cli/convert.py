@@ -194,6 +194,14 @@ def _write(records: _Progress, prefix: str, args: argparse.Namespace, todo: Plan
         raise CliError(f"{prefix}: cannot write the shards: {exc}") from None
 
 
+def _write_index(shards: list[str], prefix: str) -> None:
+    """The index that opens the set in bounded memory (``ArrayRecordDataSource(index)``)."""
+    try:
+        write_index(shards, prefix + SUFFIX)
+    except (OSError, ValueError) as exc:
+        print(f"note: no index written ({exc}); 'chute index {prefix}' writes it")
+
+
 def _report(lead: str, shards: list[str], sizes: list[int] | None = None) -> None:
     """The shards and their total size; each one's size too for a bucket's (``sizes``)."""
     each = sizes if sizes is not None else [os.path.getsize(p) for p in shards]
@@ -229,6 +237,8 @@ def run(args: argparse.Namespace) -> int:
         lead = f"{prefix}: nothing to do (converted from this input already; --overwrite redoes it)"
         if not remote:
             _report(f"{lead}, found", shards)
+            if not os.path.exists(prefix + SUFFIX):  # a run that died before its index
+                _write_index(shards, prefix)
             return 0
         _report(f"{lead}, found", shards, object_sizes(shards))
         convert_bucket.index_if_missing(prefix, shards, listed)
@@ -248,9 +258,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
     written = _write(records, prefix, args, todo)
     write_manifest(prefix, described, records.count)
-    try:  # the index that opens the set in bounded memory (ArrayRecordDataSource(index))
-        write_index(written, prefix + SUFFIX)
-    except (OSError, ValueError) as exc:
-        print(f"note: no index written ({exc}); 'chute index {prefix}' writes it")
+    _write_index(written, prefix)
     _report(f"{fmt} input {args.input}: {records.count} records into", written)
     return 0

@@ -127,6 +127,9 @@ class RangedSource:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __str__(self) -> str:
+        return self.url
+
     def __repr__(self) -> str:
         return f"RangedSource({self.url!r}, size={self._size}, version={self.version!r})"
 
