@@ -98,7 +98,7 @@ async def with_retries(
     ``on_retry`` is told of every failure that is retried; when the budget is spent the
     call raises ``RetryBudgetExceeded`` naming ``describe()`` and the last failure.
     """
-    rng = random.Random()
+    rng: random.Random | None = None  # made on the first failure: seeding costs
     start = time.monotonic()
     retry = 0
     while True:
@@ -116,6 +116,7 @@ async def with_retries(
                     f"last failure: {type(exc).__name__}: {first_line}"
                 ) from exc
             on_retry(exc)
+            rng = rng or random.Random()
             wait = min(policy.delay(retry, rng), max(0.0, policy.deadline - elapsed))
             retry += 1
             await asyncio.sleep(wait)
