@@ -74,6 +74,22 @@ def test_profile_example_runs() -> None:
     assert "Suggested performance config" in out.stdout
 
 
+def test_bucket_example_reads_s3_and_gcs_and_crosses_a_checkpoint() -> None:
+    for module in ("moto.server", "gcp_storage_emulator.server", "gcsfs", "obstore", "cramjam"):
+        pytest.importorskip(module)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "from_a_bucket.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "into s3://example/data/train" in out.stdout
+    assert "into gs://example/data/train" in out.stdout
+    assert "resumed on GCS: identical batch" in out.stdout
+    assert "Traceback" not in out.stderr and "still inside a read" not in out.stderr
+
+
 def _mnist_like(n: int = 512) -> list[dict[str, object]]:
     rng = np.random.default_rng(0)
     return [

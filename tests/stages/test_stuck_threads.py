@@ -88,3 +88,38 @@ def test_a_stuck_read_ahead_thread_of_to_iter_dataset_does_not_hold_exit() -> No
                           timeout=60)  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip() == "0", done.stderr
     assert "still inside a read" in done.stderr
+
+
+class Slow:
+    """Every read takes a while; ``in_flight`` counts the reads started and not finished."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return 100_000
+
+    def __getitems__(self, indices: list[int]) -> list[int]:
+        with self.lock:
+            self.in_flight += 1
+        threading.Event().wait(0.2)
+        with self.lock:
+            self.in_flight -= 1
+        return list(indices)
+
+    def __getitem__(self, index: int) -> int:
+        return self.__getitems__([index])[0]
+
+
+def test_close_waits_for_the_reads_in_flight_to_finish() -> None:
+    source = Slow()
+    it = iter(MapDataset.source(source).to_iter_dataset())
+    next(it)
+    for _ in range(3000):  # until a read ahead is in flight
+        if source.in_flight:
+            break
+        threading.Event().wait(0.01)
+    assert source.in_flight
+    it.close()
+    assert source.in_flight == 0  # nothing is still reading once close() returned

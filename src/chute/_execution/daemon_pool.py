@@ -69,8 +69,13 @@ class DaemonPool:
                 self._idle -= 1 if self._idle else 0
         return future
 
-    def shutdown(self, wait: bool = False, cancel_futures: bool = False) -> None:
-        """Stops the threads once they finish their call; queued calls are cancelled if asked."""
+    def shutdown(
+        self, wait: bool = False, cancel_futures: bool = False, timeout: float | None = None
+    ) -> None:
+        """Stops the threads once they finish their call; queued calls are cancelled if asked.
+
+        With ``wait``, returns when the threads have stopped, or after ``timeout`` seconds.
+        """
         with self._lock:
             self._closed = True
             threads = list(self._threads)
@@ -85,9 +90,10 @@ class DaemonPool:
         for _ in threads:
             self._tasks.put(None)
         if wait:
+            deadline = None if timeout is None else time.monotonic() + timeout
             for thread in threads:
                 if thread is not threading.current_thread():
-                    thread.join()
+                    thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def _now_idle(self) -> None:
         with self._lock:

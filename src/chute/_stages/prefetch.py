@@ -100,8 +100,18 @@ def _read(ds: MapDataset[Any], start: int, stop: int) -> tuple[list[Any], float]
     return items, time.perf_counter() - began
 
 
+CLOSE_WAIT_S = 1.0  # how long close() waits for the reads in flight
+
+
 def _shutdown(executor: DaemonPool) -> None:
-    executor.shutdown(wait=False, cancel_futures=True)
+    """Cancels the reads not started and waits a little for those in flight.
+
+    A read that is almost done (a batch on its way from a bucket) then ends before
+    ``close()`` returns, so a program that closes its iterator and then stops the data's
+    server or deletes its files has no read left behind; a read that is stuck is left
+    after ``CLOSE_WAIT_S`` (at exit, chute says which).
+    """
+    executor.shutdown(wait=True, cancel_futures=True, timeout=CLOSE_WAIT_S)
 
 
 class _PrefetchIterator(DatasetIterator[Any]):
