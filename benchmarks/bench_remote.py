@@ -11,7 +11,7 @@ Two stores, each adding 20 ms to every request, in processes of their own:
 
 Two workloads, each written locally with ``chute.experimental.write_array_record``
 (default options: one chunk a record), uploaded to S3 with boto3 and indexed there with
-``write_index``; the http store serves the local files and their local index:
+``write_index``; the http store serves the local files, indexed by their URLs:
 
 * ``1 KiB``: 200,000 records of 1 KiB in 64 shards;
 * ``64 KiB``: 20,000 records of 64 KiB in 128 shards (a tenth of the count: moto keeps
@@ -23,7 +23,8 @@ The pipeline, the same for every chute source::
 
 and the same ending in ``.mp_prefetch(MultiprocessingOptions(num_workers=2))``.  Sources:
 ``chute S3`` (``ArrayRecordDataSource("s3://.../train.chute-index")``), ``chute http``
-(``ArrayRecordDataSource("http://127.0.0.1:PORT/.../train.chute-index")``), ``chute
+(``ArrayRecordDataSource("http://127.0.0.1:PORT/.../http.chute-index")``, an index of the
+shards' http URLs), ``chute
 local`` (the local shards, array_record's C++ reader) and ``chute local index`` (the local
 index, chute's own reader).  Beside them (``remote_loops.py``): ``hand loop`` (one ranged
 GET per record in the shuffled order, its chunk decoded; boto3 for S3, ``http.client``
@@ -237,7 +238,11 @@ def bench(
         it = iter(pipeline(src, 0))
         ref = [as_records(next(it)) for _ in range(CHECK_BATCHES)]
         common.close(it)
-    http_index = f"{stores['http']}/{key}/train.chute-index"
+    # Indexed over http, as a user indexes a set on a web server: the index names each
+    # shard's URL with its ETag; the http store serves the index file it is written to.
+    served = [f"{stores['http']}/{key}/{os.path.basename(f)}" for f in files]
+    write_index(served, os.path.join(os.path.dirname(data["local_index"]), "http.chute-index"))
+    http_index = f"{stores['http']}/{key}/http.chute-index"
     opened = {}
     for how, url in (("S3 index", data["index_url"]), ("S3 glob", data["glob"]),
                      ("http index", http_index)):  # fmt: skip

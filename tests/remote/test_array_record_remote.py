@@ -134,3 +134,21 @@ def test_a_set_served_over_plain_http_reads_the_local_records(s3: Any, tmp_path:
     remote, local = ArrayRecordDataSource(served), ArrayRecordDataSource(files)
     idx = np.random.default_rng(2).integers(0, 1200, 100)
     assert remote.__getitems__(idx) == local.__getitems__(idx)
+
+
+def test_shards_reopened_in_a_bucket_cost_no_requests_beyond_their_chunks(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chute._sources import indexed_array_record
+
+    monkeypatch.setattr(indexed_array_record, "MAX_OPEN", 2)  # 4 shards: each read reopens
+    urls, files = upload(s3, tmp_path, options="group_size:1,uncompressed")
+    source = ArrayRecordDataSource(write_index(urls, s3.url("data/train.chute-index")))
+    local = ArrayRecordDataSource(files)
+    one_per_shard = [0, 300, 600, 900]
+    assert source.__getitems__(one_per_shard) == local.__getitems__(one_per_shard)
+    for shift in (1, 2):  # other chunks of the same shards, all reopened
+        before = s3.proxy.requests
+        wanted = [i + shift for i in one_per_shard]
+        assert source.__getitems__(wanted) == local.__getitems__(wanted)
+        assert s3.proxy.requests - before == 4  # one GET a chunk: no HEAD, no offsets

@@ -37,6 +37,7 @@ def open_source(
     filesystem: Any = None,
     max_in_flight: int = 32,
     retry: RetryPolicy | None = None,
+    known: tuple[int, str] | None = None,
 ) -> RangedSource | LocalRanges:
     """Opens the object at ``url`` for ranged reads; see ``chute._remote.source``.
 
@@ -47,6 +48,9 @@ def open_source(
             be a path inside it (``bucket/key`` for fsspec, ``key`` for obstore).
         max_in_flight: The most requests one ``read_ranges`` call runs at once.
         retry: How transient failures are retried (``RetryPolicy()``: 5 retries, 60 s).
+        known: The object's ``(size, version)`` when an index recorded them: a remote
+            object then opens without a request, and its first read that finds another
+            version raises ``SourceChangedError``.
 
     Raises:
         FileNotFoundError: No object at ``url``.
@@ -66,7 +70,9 @@ def open_source(
         local = LocalRanges(key, url)
         local.size()  # opens now: its version is the file's at open, as a remote object's is
         return local
-    return RangedSource(url, _backend(url, filesystem), max_in_flight=max_in_flight, retry=retry)
+    return RangedSource(
+        url, _backend(url, filesystem), max_in_flight=max_in_flight, retry=retry, known=known
+    )
 
 
 def list_prefix(url: str | os.PathLike[str], *, filesystem: Any = None) -> list[str]:

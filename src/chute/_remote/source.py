@@ -79,6 +79,7 @@ class RangedSource:
         max_in_flight: int = 32,
         retry: RetryPolicy | None = None,
         coalesce: int = 1 << 20,
+        known: tuple[int, str] | None = None,
     ) -> None:
         if not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"max_in_flight must be an int >= 1 (got {max_in_flight!r}).")
@@ -87,7 +88,11 @@ class RangedSource:
         self.retry = retry if retry is not None else RetryPolicy()
         self.retries = 0
         self._lock = threading.Lock()
-        self._size, self.version = backend.run(lambda: self._guard(backend.head(), "HEAD"))
+        self._indexed = known is not None
+        if known is not None:  # size and version from an index: no request to open
+            self._size, self.version = known
+        else:
+            self._size, self.version = backend.run(lambda: self._guard(backend.head(), "HEAD"))
 
     def size(self) -> int:
         return int(self._size)
@@ -191,6 +196,12 @@ class RangedSource:
 
     def _changed(self, now: str | None) -> SourceChangedError:
         seen = f" (now {now})" if now else ""
+        if self._indexed:
+            return SourceChangedError(
+                f"{self.url} changed since its index was written: it was version "
+                f"{self.version} then{seen}. Write the index again (chute index), or "
+                "restore the object."
+            )
         return SourceChangedError(
             f"{self.url} changed while it was being read: it was version {self.version} "
             f"when opened{seen}. Open it again to read the new version."

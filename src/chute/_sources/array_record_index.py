@@ -58,13 +58,14 @@ def is_url(path: str) -> bool:
     return scheme not in ("", "file")
 
 
-def open_ranged(path: str) -> Any:
-    """A ranged byte source for a local path (``LocalRanges``) or an object-store URL."""
+def open_ranged(path: str, known: tuple[int, str] | None = None) -> Any:
+    """A ranged byte source for a local path (``LocalRanges``) or an object-store URL
+    (opened without a request when its ``(size, version)`` is ``known``)."""
     if not is_url(path):
         return LocalRanges(path[len("file://") :] if path.startswith("file://") else path)
     from chute._remote import open_source  # the object stores need chute[remote]
 
-    source = open_source(path)
+    source = open_source(path, known=known)
     # The ArrayRecord reader merges neighbouring chunks itself (64 KiB apart at most);
     # merging far-apart records of a shuffled batch would fetch the bytes between them.
     if hasattr(source, "coalesce"):

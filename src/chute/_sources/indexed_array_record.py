@@ -6,8 +6,13 @@ index's header, and each read maps its records to chunks through the index's
 memory-mapped arrays and reads them with chute's own ranged reader
 (``RangedArrayRecordReader``), at most ``MAX_OPEN`` shards open at once.
 Nothing is loaded per shard up front, so opening 10,000 shards costs what
-opening one does.  A shard whose size or modification time differs from the
-index's raises rather than return records from another version of it.
+opening one does.  A local index's entries are read as reads need them; a shard
+in a bucket fetches its chunk offsets with one request when first read and keeps
+them while all shards' kept offsets fit in ``OFFSETS_BYTES``, and it opens
+without a request (its size and ETag come from the index), so a batch that
+touches more shards than ``MAX_OPEN`` costs no more requests than its chunks.  A
+shard whose size or modification time (ETag in a bucket) differs from the index's
+raises rather than return records from another version of it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import numpy as np
 from chute._core.errors import Origin, SourceChangedError, mark_origin
 from chute._execution.daemon_pool import DaemonPool
 from chute._sources.array_record import ArrayRecordDataSource
+from chute._sources.array_record_footer import Footer
 from chute._sources.array_record_index import (
     SUFFIX,
     IndexedShard,
@@ -38,8 +44,9 @@ __all__ = ["IndexedArrayRecordDataSource"]
 
 _WHAT = "ArrayRecordDataSource"
 MAX_OPEN = 64  # shards open at once, per process
-SHARDS_AT_ONCE = 16  # shards in a bucket read at once by one batch
+SHARDS_AT_ONCE = 64  # shards in a bucket read at once by one batch
 CACHE_BYTES = 32 << 20  # decoded chunks kept, over all open shards
+OFFSETS_BYTES = 32 << 20  # chunk offsets of shards in a bucket kept, per process
 _ITER_BLOCK = 1024
 
 
@@ -86,6 +93,11 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         self._threads: DaemonPool | None = None
         self._threads_pid = -1
         self._closed_retries = 0  # of the shards' sources this process has closed
+        self._pins: collections.Counter[int] = collections.Counter()  # reads under way
+        # The chunk offsets a shard in a bucket needs, fetched with one request, kept
+        # under OFFSETS_BYTES beyond its reader's closing: reopening then costs nothing.
+        self._footers: collections.OrderedDict[int, tuple[Footer, int]] = collections.OrderedDict()
+        self._footer_bytes = 0
 
     @property
     def retries(self) -> int | None:
@@ -110,17 +122,20 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         self._setup()
 
     def _shard(self, k: int) -> RangedArrayRecordReader:
-        """Shard ``k``'s reader, opened on first use; the least recently used closes."""
+        """Shard ``k``'s reader, opened on first use and pinned open until ``_read`` is done
+        with it; past ``MAX_OPEN``, the least recently used reader that no read holds closes."""
         if self._pid != os.getpid():  # a forked child opens its own files (the index's too)
             self._setup()
         with self._lock:
             reader = self._open.get(k)
             if reader is not None:
                 self._open.move_to_end(k)
+                self._pins[k] += 1
                 return reader
         shard = self._index.shards[k]
+        known = (shard.size, shard.version) if is_url(shard.path) and shard.version else None
         try:
-            source = open_ranged(shard.path)
+            source = open_ranged(shard.path, known)
             size = source.size()
         except FileNotFoundError:
             raise FileNotFoundError(
@@ -134,15 +149,46 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                 f"chute index, or restore the shard."
             )
         reader = RangedArrayRecordReader(
-            source, cache_bytes=CACHE_BYTES // MAX_OPEN, footer=self._index.footer(k)
+            source, cache_bytes=CACHE_BYTES // MAX_OPEN, footer=self._footer(k)
         )
         with self._lock:
-            self._open[k] = reader
-            while len(self._open) > MAX_OPEN:
-                _, old = self._open.popitem(last=False)
-                self._closed_retries += old._source.retries  # type: ignore[attr-defined]
-                old._source.close()  # type: ignore[attr-defined]
+            if k in self._open:  # another thread opened it meanwhile: use that one
+                source.close()
+                reader = self._open[k]
+                self._open.move_to_end(k)
+            else:
+                self._open[k] = reader
+            self._pins[k] += 1
+            self._close_unused()
         return reader
+
+    def _close_unused(self) -> None:
+        """Closes the least recently used readers that no read holds, down to ``MAX_OPEN``
+        (called with the lock held)."""
+        excess = len(self._open) - MAX_OPEN
+        for k in [k for k in self._open if k not in self._pins][: max(0, excess)]:
+            old = self._open.pop(k)
+            self._closed_retries += old._source.retries  # type: ignore[attr-defined]
+            old._source.close()  # type: ignore[attr-defined]
+
+    def _footer(self, k: int) -> Footer:
+        """Shard ``k``'s chunk offsets: lazy for a local index, kept for one in a bucket."""
+        with self._lock:
+            kept = self._footers.get(k)
+            if kept is not None:
+                self._footers.move_to_end(k)
+                return kept[0]
+        footer = self._index.footer(k)
+        cost = sum(getattr(a, "nbytes", 0) for a in (footer.starts, footer.first_record))
+        if not cost:  # read entry by entry as needed: nothing held
+            return footer
+        with self._lock:
+            self._footers[k] = (footer, cost)
+            self._footer_bytes += cost
+            while self._footer_bytes > OFFSETS_BYTES and len(self._footers) > 1:
+                _, (_, freed) = self._footers.popitem(last=False)
+                self._footer_bytes -= freed
+        return footer
 
     def __len__(self) -> int:
         return self._len
@@ -168,7 +214,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
 
         def read(k: int, where: np.ndarray) -> None:
             try:
-                records = self._shard(k).read(local[where])
+                records = self._read(k, local[where])
             except ValueError as exc:
                 first = int(idx[where[0]])
                 mark_origin(exc, Origin(index=first, file=self._entries[k][0],
@@ -191,8 +237,17 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             self._threads_pid = os.getpid()
         return self._threads
 
-    def _read(self, k: int, positions: list[int]) -> list[bytes]:
-        return self._shard(k).read(positions)
+    def _read(self, k: int, positions: Any) -> list[bytes]:
+        """Records ``positions`` of shard ``k``; its reader stays open while it reads."""
+        reader = self._shard(k)
+        try:
+            return reader.read(positions)
+        finally:
+            with self._lock:
+                self._pins[k] -= 1
+                if not self._pins[k]:
+                    del self._pins[k]
+                self._close_unused()
 
     def _record_location(self, index: int) -> tuple[str, int]:
         k = int(np.searchsorted(self._ends, index, side="right"))
