@@ -38,38 +38,30 @@ def test_readme_python_blocks_run(tmp_path: pathlib.Path, monkeypatch: pytest.Mo
         exec(compile(block, "README.md", "exec"), {})
 
 
-def test_quickstart_example_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "quickstart.py")],
+def run_example(name: str) -> subprocess.CompletedProcess[str]:
+    """Runs ``examples/<name>`` in a fresh interpreter; it must exit 0."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name)],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
-    assert "identical batch" in out.stdout
+
+
+def test_quickstart_example_runs() -> None:
+    assert "identical batch" in run_example("quickstart.py").stdout
 
 
 def test_packing_example_runs() -> None:
     pytest.importorskip("pyarrow")
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "packing.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    out = run_example("packing.py")
     assert "identical batch" in out.stdout
     assert "keys ['inputs', 'inputs_positions', 'inputs_segment_ids']" in out.stdout
 
 
 def test_profile_example_runs() -> None:
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "profile_me.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    out = run_example("profile_me.py")
     assert "map(jitter)" in out.stdout
     assert "Suggested performance config" in out.stdout
 
@@ -77,13 +69,7 @@ def test_profile_example_runs() -> None:
 def test_bucket_example_reads_s3_and_gcs_and_crosses_a_checkpoint() -> None:
     for module in ("moto.server", "gcp_storage_emulator.server", "gcsfs", "obstore", "cramjam"):
         pytest.importorskip(module)
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "from_a_bucket.py")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    out = run_example("from_a_bucket.py")
     assert "into s3://example/data/train" in out.stdout
     assert "into gs://example/data/train" in out.stdout
     assert "resumed on GCS: identical batch" in out.stdout
