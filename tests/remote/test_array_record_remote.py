@@ -12,6 +12,8 @@ import chute
 from chute import ArrayRecordDataSource, MapDataset
 from chute._sources.array_record_index import write_index
 from chute._sources.array_record_writer import write_array_record
+from chute._sources.ranged_array_record import RangedArrayRecordReader
+from chute._sources.ranged_source import LocalRanges
 from chute.cli import main
 
 pytest.importorskip("array_record")
@@ -152,3 +154,36 @@ def test_shards_reopened_in_a_bucket_cost_no_requests_beyond_their_chunks(
         wanted = [i + shift for i in one_per_shard]
         assert source.__getitems__(wanted) == local.__getitems__(wanted)
         assert s3.proxy.requests - before == 4  # one GET a chunk: no HEAD, no offsets
+
+
+def test_a_batch_over_bucket_shards_has_every_shards_requests_in_flight_at_once(
+    s3: Any, tmp_path: Path
+) -> None:
+    urls, files = upload(s3, tmp_path, options="group_size:1,uncompressed")
+    source = ArrayRecordDataSource(write_index(urls, s3.url("data/train.chute-index")))
+    idx = [0, 300, 600, 900]  # a chunk in each of the 4 shards
+    assert source.__getitems__([5, 305, 605, 905])  # the shards' offsets are read now
+    s3.proxy.configure(latency=0.05)
+    assert source.__getitems__(idx) == ArrayRecordDataSource(files).__getitems__(idx)
+    assert s3.proxy.requests == 4 and s3.proxy.max_in_flight == 4
+
+
+def test_a_corrupted_chunk_in_one_bucket_shard_names_that_shard_and_record(
+    s3: Any, tmp_path: Path
+) -> None:
+    from chute._sources.array_record_format import ArrayRecordFormatError
+
+    files = write_array_record([b"r%04d" % i for i in range(400)], str(tmp_path / "t"),
+                               num_shards=4, options="group_size:1,uncompressed")  # fmt: skip
+    expected = ArrayRecordDataSource(files).__getitems__([3, 103, 206, 303])
+    starts = RangedArrayRecordReader(LocalRanges(files[2]))._footer.starts
+    data = bytearray(Path(files[2]).read_bytes())
+    data[starts[7] + 20] ^= 0x01  # the chunk header of record 7 of shard 2: record 207
+    Path(files[2]).write_bytes(bytes(data))
+    urls = [s3.put(f"c/{Path(f).name}", Path(f).read_bytes()) for f in files]
+    source = ArrayRecordDataSource(write_index(urls, s3.url("c/t.chute-index")))
+    assert source.__getitems__([3, 103, 206, 303]) == expected
+    with pytest.raises(ArrayRecordFormatError, match="t-00002-of-00004") as info:
+        source.__getitems__([3, 103, 207, 303])
+    assert info.value.chute_source_index == 207  # type: ignore[attr-defined]
+    assert info.value.chute_source_record == 7  # type: ignore[attr-defined]

@@ -102,6 +102,20 @@ class RangedSource:
 
     def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """One ``bytes`` per ``(offset, length)``, in order; raises if any is out of bounds."""
+        backend = self._backend
+        if backend is None:
+            raise ValueError(f"the source for {self.url} was closed.")
+        return backend.run(lambda: self.read_ranges_async(ranges))
+
+    @property
+    def on_io_loop(self) -> bool:
+        """Whether its requests run on the process's I/O loop (``read_many`` can batch them)."""
+        from chute._remote.backends import ObstoreBackend
+
+        return isinstance(self._backend, ObstoreBackend)
+
+    async def read_ranges_async(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """``read_ranges`` as a coroutine, for the loop that runs the source's requests."""
         spans = [(int(o), int(o) + int(n)) for o, n in ranges]
         for (offset, length), (_, end) in zip(ranges, spans):
             if offset < 0 or length < 0 or end > self._size:
@@ -112,7 +126,7 @@ class RangedSource:
         merged = _merge([s for s in spans if s[1] > s[0]], self.coalesce)
         if not merged:
             return [b"" for _ in spans]
-        blobs = self._backend.run(lambda: self._fetch(merged))
+        blobs = await self._fetch(merged)
         out = []
         for start, end in spans:
             if end == start:
@@ -120,7 +134,12 @@ class RangedSource:
                 continue
             index = _covering(merged, start)
             base = merged[index][0]
-            out.append(blobs[index][start - base : end - base])
+            blob = blobs[index]
+            out.append(
+                blob
+                if (base, len(blob)) == (start, end - start)
+                else blob[start - base : end - base]
+            )
         return out
 
     def close(self) -> None:
@@ -206,6 +225,20 @@ class RangedSource:
             f"{self.url} changed while it was being read: it was version {self.version} "
             f"when opened{seen}. Open it again to read the new version."
         )
+
+
+def read_many(requests: list[tuple[RangedSource, list[tuple[int, int]]]]) -> list[list[bytes]]:
+    """``read_ranges`` of several sources at once: every request of every source in flight
+    together on the process's I/O loop (each source still keeps ``max_in_flight``).
+
+    The sources must all be ``on_io_loop``.
+    """
+    from chute._remote.backends import run_on_io_loop
+
+    async def together() -> list[list[bytes]]:
+        return list(await asyncio.gather(*(s.read_ranges_async(r) for s, r in requests)))
+
+    return run_on_io_loop(together)
 
 
 def _merge(spans: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:

@@ -204,37 +204,44 @@ def decode_chunk(
 
 
 def decode_chunks(
-    chunks: Sequence[tuple[bytes, int, int | None]], where: str, *, verify_data: bool = False
+    chunks: Sequence[tuple[bytes, int, int | None]],
+    where: str | Sequence[str],
+    *,
+    verify_data: bool = False,
 ) -> list[DecodedChunk]:
-    """``decode_chunk`` for each ``(raw, begin, records)``, their header hashes checked at once."""
+    """``decode_chunk`` for each ``(raw, begin, records)``, their header hashes checked at once.
+
+    ``where`` names the file of every chunk, or of each chunk (chunks of several files).
+    """
+    names = [where] * len(chunks) if isinstance(where, str) else list(where)
     blocks: list[bytes] = []
     owners: list[int] = []  # the chunk of each block header
     stripped = []
     for k, (raw, begin, _) in enumerate(chunks):
-        data = _strip_block_headers(raw, begin, f"{where}: chunk at offset {begin}", blocks)
+        data = _strip_block_headers(raw, begin, f"{names[k]}: chunk at offset {begin}", blocks)
         owners += [k] * (len(blocks) - len(owners))
         if len(data) < CHUNK_HEADER_SIZE:
             raise ArrayRecordFormatError(
-                f"{where}: chunk at offset {begin}: the chunk header is cut short "
+                f"{names[k]}: chunk at offset {begin}: the chunk header is cut short "
                 "(file truncated?)."
             )
         stripped.append(data)
     bad = _first_bad_hash(blocks, slice(8, BLOCK_HEADER_SIZE))
     if bad is not None:
-        begin = chunks[owners[bad]][1]
+        k = owners[bad]
         raise ArrayRecordFormatError(
-            f"{where}: chunk at offset {begin}: a block header inside it is corrupted (hash "
-            "mismatch)."
+            f"{names[k]}: chunk at offset {chunks[k][1]}: a block header inside it is "
+            "corrupted (hash mismatch)."
         )
     bad = _first_bad_hash([d[:CHUNK_HEADER_SIZE] for d in stripped], slice(8, CHUNK_HEADER_SIZE))
     if bad is not None:
         raise ArrayRecordFormatError(
-            f"{where}: chunk at offset {chunks[bad][1]}: the chunk header is corrupted "
+            f"{names[bad]}: chunk at offset {chunks[bad][1]}: the chunk header is corrupted "
             "(hash mismatch)."
         )
     return [
-        _decode_body(data, f"{where}: chunk at offset {begin}", verify_data, records)
-        for data, (_, begin, records) in zip(stripped, chunks)
+        _decode_body(data, f"{name}: chunk at offset {begin}", verify_data, records)
+        for data, (_, begin, records), name in zip(stripped, chunks, names)
     ]
 
 

@@ -174,10 +174,26 @@ class DatasetIndex:
         if shard.group and not self.file.remote:
             first: Any = _Column(self.file, first_at, n)
             return Footer(_Column(self.file, starts_at, n), first, shard.options, shard.group)  # type: ignore[arg-type]
-        # In a bucket, one request for both arrays beats one per entry.
-        starts, firsts = self.file.read([(starts_at, 8 * n), (first_at, 8 * n)])
-        return Footer(np.frombuffer(starts, "<i8"), np.frombuffer(firsts, "<i8"), shard.options,
-                      shard.group)  # fmt: skip
+        return self.read_footers([k])[0]  # in a bucket, both arrays at once beat one per entry
+
+    def read_footers(self, ks: list[int]) -> list[Footer]:
+        """The chunk indexes of shards ``ks`` of an index in a bucket, read in one call
+        (every shard's two arrays requested at once)."""
+        if self.file is None:
+            return [self.footers[k] for k in ks]
+        ranges = []
+        for k in ks:
+            shard, n = self.shards[k], self.shards[k].chunks + 1
+            ranges += [
+                (self.starts_at + 8 * shard.at, 8 * n),
+                (self.first_at + 8 * shard.at, 8 * n),
+            ]
+        got = self.file.read(ranges)
+        return [
+            Footer(np.frombuffer(got[2 * j], "<i8"), np.frombuffer(got[2 * j + 1], "<i8"),
+                   self.shards[k].options, self.shards[k].group)
+            for j, k in enumerate(ks)
+        ]  # fmt: skip
 
 
 def is_index(paths: Any) -> bool:

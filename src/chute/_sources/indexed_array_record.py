@@ -39,6 +39,7 @@ from chute._sources.array_record_index import (
 )
 from chute._sources.protocol import as_index, check_indices, out_of_range
 from chute._sources.ranged_array_record import RangedArrayRecordReader
+from chute._sources.read_together import read_together
 
 __all__ = ["IndexedArrayRecordDataSource"]
 
@@ -178,17 +179,22 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             if kept is not None:
                 self._footers.move_to_end(k)
                 return kept[0]
-        footer = self._index.footer(k)
-        cost = sum(getattr(a, "nbytes", 0) for a in (footer.starts, footer.first_record))
-        if not cost:  # read entry by entry as needed: nothing held
-            return footer
+        return self._keep_footers([k], [self._index.footer(k)])[0]
+
+    def _keep_footers(self, ks: list[int], footers: list[Footer]) -> list[Footer]:
+        """Keeps the chunk offsets of shards ``ks`` under ``OFFSETS_BYTES`` (lazy ones cost
+        nothing and are not kept)."""
         with self._lock:
-            self._footers[k] = (footer, cost)
-            self._footer_bytes += cost
+            for k, footer in zip(ks, footers):
+                cost = sum(getattr(a, "nbytes", 0) for a in (footer.starts, footer.first_record))
+                if not cost or k in self._footers:
+                    continue
+                self._footers[k] = (footer, cost)
+                self._footer_bytes += cost
             while self._footer_bytes > OFFSETS_BYTES and len(self._footers) > 1:
                 _, (_, freed) = self._footers.popitem(last=False)
                 self._footer_bytes -= freed
-        return footer
+        return footers
 
     def __len__(self) -> int:
         return self._len
@@ -224,6 +230,8 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                 out[w] = record
 
         if len(groups) > 1 and self._remote:  # in a bucket: the shards' requests overlap
+            if self._read_together(groups, local, idx, out):
+                return out
             for future in [self._pool().submit(read, k, where) for k, where in groups]:
                 future.result()
         else:
@@ -243,11 +251,49 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         try:
             return reader.read(positions)
         finally:
-            with self._lock:
+            self._release([k])
+
+    def _release(self, ks: list[int]) -> None:
+        """Shards ``ks``' readers are no longer read (``_shard`` pinned them)."""
+        with self._lock:
+            for k in ks:
                 self._pins[k] -= 1
                 if not self._pins[k]:
                     del self._pins[k]
-                self._close_unused()
+            self._close_unused()
+
+    def _read_together(self, groups: list[tuple[int, np.ndarray]], local: np.ndarray,
+                       idx: np.ndarray, out: list[Any]) -> bool:  # fmt: skip
+        """A batch over shards in a bucket, every shard's requests in flight at once
+        (``read_together``); False, reading nothing, where a shard must be opened with a
+        request (its version unknown) or its requests run on another loop (fsspec)."""
+        with self._lock:
+            closed = [k for k, _ in groups if k not in self._open]
+        if any(not self._index.shards[k].version for k in closed):
+            return False
+        with self._lock:
+            unread = [k for k in closed if k not in self._footers]
+        if unread and self._index.file is not None:  # their offsets, all in one call
+            self._keep_footers(unread, self._index.read_footers(unread))
+        readers: list[RangedArrayRecordReader] = []
+        try:
+            for k, _ in groups:
+                readers.append(self._shard(k))
+            if not all(getattr(r._source, "on_io_loop", False) for r in readers):
+                return False
+
+            def blame(i: int, exc: Exception) -> None:
+                k, where = groups[i]
+                mark_origin(exc, Origin(index=int(idx[where[0]]), file=self._entries[k][0],
+                                        record=int(local[where[0]])))  # fmt: skip
+
+            reads = [(r, local[where]) for r, (_, where) in zip(readers, groups)]
+            for (_, where), records in zip(groups, read_together(reads, blame)):
+                for w, record in zip(where.tolist(), records):
+                    out[w] = record
+            return True
+        finally:
+            self._release([k for k, _ in groups[: len(readers)]])
 
     def _record_location(self, index: int) -> tuple[str, int]:
         k = int(np.searchsorted(self._ends, index, side="right"))

@@ -46,6 +46,7 @@ dominates instead.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -54,16 +55,47 @@ import numpy as np
 
 from chute._core.validate import check_int
 from chute._sources.array_record_footer import Footer, parse_footer, parse_postscript
-from chute._sources.array_record_format import BLOCK_SIZE, ArrayRecordFormatError, decode_chunks
+from chute._sources.array_record_format import (
+    BLOCK_SIZE,
+    ArrayRecordFormatError,
+    DecodedChunk,
+    decode_chunks,
+)
 from chute._sources.protocol import check_indices
 from chute._sources.ranged_source import RangedByteSource
 
-__all__ = ["RangedArrayRecordReader"]
+__all__ = ["PendingRead", "RangedArrayRecordReader"]
 
 _WHAT = "RangedArrayRecordReader"
 _TAIL = 4 * BLOCK_SIZE
 _ENTRY_OVERHEAD = 200  # bytes counted per cached chunk beyond its records
 _Chunk = tuple[bytes, list[int]]  # a chunk's record values and its record offsets
+
+
+@dataclasses.dataclass
+class PendingRead:
+    """A read that ``RangedArrayRecordReader.begin`` planned.
+
+    Args:
+      chunk_of, local: for each index asked, its chunk and its place in the chunk.
+      found: the chunks the cache held.
+      plan: the ranges to fetch, ``(begin, end, [(chunk, begin, end), ...])``.
+    """
+
+    chunk_of: list[int]
+    local: list[int]
+    found: dict[int, _Chunk]
+    plan: list[tuple[int, int, list[tuple[int, int, int]]]]
+
+    @property
+    def ranges(self) -> list[tuple[int, int]]:
+        """``(offset, length)`` of each range to fetch."""
+        return [(b, e - b) for b, e, _ in self.plan]
+
+    @property
+    def chunks_fetched(self) -> list[int]:
+        """The chunks the ranges hold, in order."""
+        return [c for _, _, group in self.plan for c, _, _ in group]
 
 
 class RangedArrayRecordReader:
@@ -121,6 +153,11 @@ class RangedArrayRecordReader:
 
     def _read(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         got = self._source.read_ranges(ranges)
+        self._check(ranges, got)
+        return got
+
+    def _check(self, ranges: list[tuple[int, int]], got: list[bytes]) -> None:
+        """Raises unless ``got`` holds one buffer of the asked length per range."""
         if len(got) != len(ranges):
             raise ArrayRecordFormatError(
                 f"{self._name}: read_ranges returned {len(got)} buffers for {len(ranges)} ranges."
@@ -131,7 +168,6 @@ class RangedArrayRecordReader:
                     f"{self._name}: reading {length} bytes at offset {offset} gave "
                     f"{len(data)} (file truncated or changed?)."
                 )
-        return got
 
     def _read_footer(self) -> Footer:
         size = self._source.size()
@@ -169,9 +205,19 @@ class RangedArrayRecordReader:
 
     def read(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
         """The records at ``indices``, in that order; repeats allowed."""
+        pending = self.begin(indices)
+        buffers = self._read(pending.ranges) if pending.plan else []
+        pieces = self.pieces(pending, buffers)
+        return self.finish(pending, decode_chunks(pieces, self._name, verify_data=self._verify))
+
+    # A read in three steps, so that a caller reading many files at once (a batch over
+    # the shards of a bucket) can fetch every file's ranges together and decode all
+    # their chunks in one call: ``begin`` (no I/O on the file), then ``read_ranges`` of
+    # ``pending.ranges``, then ``pieces`` and ``decode_chunks``, then ``finish``.
+
+    def begin(self, indices: Sequence[int] | np.ndarray) -> PendingRead:
+        """What reading ``indices`` needs: the chunks in the cache, the ranges to fetch."""
         idx = check_indices(indices, len(self), f"{_WHAT}({self._name})", negative=False)
-        if not len(idx):
-            return []
         group = self._footer.group
         if group:  # chunks of equal size: no search (nor pages of the index touched)
             chunk_of = idx // group
@@ -179,36 +225,50 @@ class RangedArrayRecordReader:
         else:
             first = self._footer.first_record
             chunk_of = np.searchsorted(first, idx, side="right") - 1
-            local = (idx - first[chunk_of]).tolist()
-        chunks = self._chunks(np.unique(chunk_of).tolist())
-        out = []
-        for c, k in zip(chunk_of.tolist(), local):
-            values, offsets = chunks[c]
-            out.append(values[offsets[k] : offsets[k + 1]])
-        return out
-
-    def _chunks(self, wanted: list[int]) -> dict[int, _Chunk]:
-        """The decoded chunks ``wanted`` (sorted), from the cache or from one ranged read."""
+            local = (idx - first[chunk_of]).tolist() if len(idx) else []
         found: dict[int, _Chunk] = {}
         missing = []
         with self._lock:
-            for c in wanted:
+            for c in np.unique(chunk_of).tolist():
                 hit = self._cache.get(c)
                 if hit is None:
                     missing.append(c)
                 else:
                     self._cache.move_to_end(c)
                     found[c] = hit[0]
-        if missing:
-            fetched = self._fetch(missing)
-            found.update(fetched)
-            self._store(fetched)
-        return found
+        return PendingRead(chunk_of.tolist(), local, found, self._plan(missing))
+
+    def pieces(self, pending: PendingRead, buffers: list[bytes]) -> list[tuple[bytes, int, int]]:
+        """The raw chunks ``(bytes, offset, records)`` in ``buffers``, read for ``pending``."""
+        self._check(pending.ranges, buffers)
+        footer = self._footer
+        return [
+            (buf if (begin, end) == (b0, e0) else buf[begin - b0 : end - b0], begin,
+             footer.chunk_records(c))
+            for (b0, e0, group), buf in zip(pending.plan, buffers)
+            for c, begin, end in group
+        ]  # fmt: skip
+
+    def finish(self, pending: PendingRead, decoded: list[DecodedChunk]) -> list[bytes]:
+        """The records ``pending`` was begun for, from the cache and the ``decoded`` chunks."""
+        fetched = {
+            c: (values, offsets.tolist())
+            for c, (values, offsets) in zip(pending.chunks_fetched, decoded)
+        }
+        self._store(fetched)
+        chunks = {**pending.found, **fetched}
+        out = []
+        for c, k in zip(pending.chunk_of, pending.local):
+            values, offsets = chunks[c]
+            out.append(values[offsets[k] : offsets[k + 1]])
+        return out
 
     def _plan(self, missing: list[int]) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
         """Ranges ``(begin, end, chunks)`` covering the chunks, neighbours merged; each
         chunk as ``(chunk, begin, end)`` in the file."""
         plan: list[tuple[int, int, list[tuple[int, int, int]]]] = []
+        if not missing:
+            return plan
         for c, begin, end in zip(missing, *self._footer.spans(missing)):
             if plan:
                 b0, e0, group = plan[-1]
@@ -218,19 +278,6 @@ class RangedArrayRecordReader:
                     continue
             plan.append((begin, end, [(c, begin, end)]))
         return plan
-
-    def _fetch(self, missing: list[int]) -> dict[int, _Chunk]:
-        plan = self._plan(missing)
-        buffers = self._read([(b, e - b) for b, e, _ in plan])
-        footer = self._footer
-        pieces = [
-            (buf[begin - b0 : end - b0], begin, footer.chunk_records(c))
-            for (b0, _, group), buf in zip(plan, buffers)
-            for c, begin, end in group
-        ]
-        decoded = decode_chunks(pieces, self._name, verify_data=self._verify)
-        chunks = [c for _, _, group in plan for c, _, _ in group]
-        return {c: (values, offsets.tolist()) for c, (values, offsets) in zip(chunks, decoded)}
 
     def _store(self, fetched: dict[int, _Chunk]) -> None:
         with self._lock:
