@@ -28,7 +28,7 @@ shards' http URLs), ``chute
 local`` (the local shards, array_record's C++ reader) and ``chute local index`` (the local
 index, chute's own reader).  Beside them (``remote_loops.py``): ``hand loop`` (one ranged
 GET per record in the shuffled order, its chunk decoded; boto3 for S3, ``http.client``
-for http) and ``GET limit`` (a batch's ranged GETs, 64 at a time through obstore, nothing
+for http) and ``GET limit`` (a batch's ranged GETs, 64 or 256 at once through obstore, nothing
 decoded: the ceiling of any reader that needs a request a record).  Grain cannot read
 ``s3://`` without FUSE; the benchmark tries ``grain.sources.ArrayRecordDataSource(["s3://..."])``
 and prints the error.
@@ -72,6 +72,7 @@ try:
         as_records,
         grain_route,
         mismatch,
+        print_rates,
         range_server,
         timed_windows,
     )
@@ -197,12 +198,15 @@ def run_impl(
         common.fail(impl, "run")
 
 
-def time_loop(impl: Impl, records: Any, step: Any, ref: list[list[bytes]], repeats: int) -> None:
-    """A loop outside chute: ``records()`` checked against ``ref``, then ``step(i)`` timed."""
+def time_loop(
+    impl: Impl, records: Any, step: Any, ref: list[list[bytes]], repeats: int, start: Any = None
+) -> None:
+    """A loop outside chute: ``records()`` checked against ``ref``, then ``step(i)`` timed
+    from ``i = start()`` (1 without ``start``)."""
     try:
         got = records()
         impl.check = "ok" if got == ref[0][: len(got)] else mismatch([got], [ref[0][: len(got)]])
-        impl.times, sizes = timed_windows(step, repeats, WINDOW_S, 1)
+        impl.times, sizes = timed_windows(step, repeats, WINDOW_S, start() if start else 1)
         impl.note = f"calls per window: {sizes}"
     except Exception:
         common.fail(impl, "run")
@@ -287,9 +291,12 @@ def bench(
     for name, limit in limits.items():
         impl = impls[name] = Impl(name, lambda: iter(()), BATCH)
         common.wait_quiet()
-        time_loop(impl, lambda limit=limit: limit.records(0), limit.batch_at, ref, repeats)
+        time_loop(impl, lambda limit=limit: limit.records(0), limit.batch_at, ref, repeats,
+                  start=lambda limit=limit: limit.pick(1))  # fmt: skip
+        impl.note = f"{limit.in_flight} in flight, {impl.note}"
         limit.close()
-        print(f"  {name}: {common.fmt_num(impl.rate())} records/s, check {impl.check}")
+        print(f"  {name}: {common.fmt_num(impl.rate())} records/s ({limit.in_flight} in flight), "
+              f"check {impl.check}")  # fmt: skip
     grain = grain_route(data["urls"][0])
     print(f"  {grain}")
     ratios = [r for store in ("S3", "http") for r in store_ratios(w, store, impls)]
@@ -323,33 +330,6 @@ def store_ratios(w: Workload, store: str, impls: dict[str, Impl]) -> list[Ratio]
         Ratio(f"{w.name}: GET limit {store} / chute local", limit, impls["chute local"], None)
     )
     return out
-
-
-def print_rates(results: list[dict[str, Any]]) -> None:
-    print()
-    rows = []
-    for res in results:
-        size = int(res["description"].split(" of ")[1].split(" bytes")[0].replace(",", ""))
-        for impl in res["impls"]:
-            rate = impl.rate()
-            rows.append(
-                [
-                    res["name"],
-                    impl.name,
-                    "ERROR" if impl.error else common.fmt_num(rate),
-                    common.fmt_num(rate * size / 1e6 if rate else None, 1),
-                    impl.note.split(": ")[-1],
-                    f"{impl.spread() * 100:.0f}%" if impl.spread() is not None else "-",
-                    impl.check.split(":")[0],
-                ]
-            )
-        route = "no route without FUSE" if "no route" in res["grain"] else "read it"
-        rows.append([res["name"], "grain", "-", "-", "-", "-", route])
-    common.print_table(
-        ["workload", "impl", "records/s", "MB/s", "windows", "spread", "check"],
-        rows,
-        {2, 3, 5},
-    )
 
 
 def main() -> int:

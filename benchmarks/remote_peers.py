@@ -7,9 +7,10 @@ ranges the shards' footers give (``group_size:1``: one chunk a record):
 * ``HandLoop``: one ranged GET per record, one after another, each chunk decoded with
   ``array_record_format.decode_chunk``: boto3 against the S3 server, ``http.client``
   (one kept-alive connection) against the HTTP range server.
-* ``GetLimit``: a batch's ranged GETs issued through obstore's async API, 64 at a time,
-  bytes received and dropped, nothing decoded: what the store and the loopback can serve
-  on this machine, the ceiling of any client that needs one request a record.
+* ``GetLimit``: a batch's ranged GETs issued through obstore's async API (64 or 256 at
+  once, whichever is faster), bytes received and dropped, nothing decoded: about what the
+  store and the loopback serve on this machine, the ceiling of a client that needs one
+  request a record.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 import chute
+import common
 from chute._sources.array_record_format import decode_chunk
 from chute._sources.array_record_index import index_in_memory
 
@@ -57,7 +59,7 @@ def mismatch(got: list[list[bytes]], ref: list[list[bytes]]) -> str:
     return f"MISMATCH: {len(got)} batches, the reference {len(ref)}"
 
 
-IN_FLIGHT = 64  # the GET limit's requests at once: more only queue at moto's server
+IN_FLIGHT = (64, 256)  # the GET limit tries both: moto serves 64 at once best, a fast store all
 
 
 class Ranges:
@@ -118,9 +120,11 @@ class HandLoop:
 
 
 class GetLimit:
-    """A batch's ranged GETs, 64 at a time through obstore; bytes dropped, nothing decoded.
+    """A batch's ranged GETs through obstore; bytes dropped, nothing decoded.
 
-    ``store`` is an obstore store and ``keys`` the shards' paths in it.
+    ``store`` is an obstore store and ``keys`` the shards' paths in it.  ``pick()`` times
+    one batch with each of ``IN_FLIGHT`` requests at once and keeps the faster: moto's
+    server serves 64 at once faster than 256, a store that keeps up the other way round.
     """
 
     def __init__(self, ranges: Ranges, keys: list[str], store: Any, batch: int) -> None:
@@ -128,7 +132,20 @@ class GetLimit:
 
         self.obstore, self.ranges, self.keys, self.store = obstore, ranges, keys, store
         self.batch = batch
+        self.in_flight = IN_FLIGHT[0]
         self.loop = asyncio.new_event_loop()
+
+    def pick(self, first_batch: int) -> int:
+        """Times batches ``first_batch``, ``first_batch + 1``, ... with each number of
+        requests in flight; keeps the fastest and returns the next batch to read."""
+        seconds = {}
+        for b, n in enumerate(IN_FLIGHT, start=first_batch):
+            self.in_flight = n
+            start = time.perf_counter()
+            self.batch_at(b)
+            seconds[n] = time.perf_counter() - start
+        self.in_flight = min(seconds, key=seconds.__getitem__)
+        return first_batch + len(IN_FLIGHT)
 
     async def _get(self, position: int) -> bytes:
         k, begin, end = self.ranges(position)
@@ -143,7 +160,7 @@ class GetLimit:
         positions = range(start, start + self.batch)
 
         async def all_at_once() -> list[bytes]:
-            gate = asyncio.Semaphore(IN_FLIGHT)
+            gate = asyncio.Semaphore(self.in_flight)
 
             async def one(p: int) -> bytes:
                 async with gate:
@@ -212,3 +229,30 @@ def grain_route(url: str) -> str:
         return f"Grain read {url}: {done.stdout.strip()}"
     lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
     return f"Grain: no route without FUSE ({lines[-1] if lines else f'exit {done.returncode}'})"
+
+
+def print_rates(results: list[dict[str, Any]]) -> None:
+    print()
+    rows = []
+    for res in results:
+        size = int(res["description"].split(" of ")[1].split(" bytes")[0].replace(",", ""))
+        for impl in res["impls"]:
+            rate = impl.rate()
+            rows.append(
+                [
+                    res["name"],
+                    impl.name,
+                    "ERROR" if impl.error else common.fmt_num(rate),
+                    common.fmt_num(rate * size / 1e6 if rate else None, 1),
+                    impl.note.split(": ")[-1],
+                    f"{impl.spread() * 100:.0f}%" if impl.spread() is not None else "-",
+                    impl.check.split(":")[0],
+                ]
+            )
+        route = "no route without FUSE" if "no route" in res["grain"] else "read it"
+        rows.append([res["name"], "grain", "-", "-", "-", "-", route])
+    common.print_table(
+        ["workload", "impl", "records/s", "MB/s", "windows", "spread", "check"],
+        rows,
+        {2, 3, 5},
+    )
