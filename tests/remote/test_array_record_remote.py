@@ -187,3 +187,46 @@ def test_a_corrupted_chunk_in_one_bucket_shard_names_that_shard_and_record(
         source.__getitems__([3, 103, 207, 303])
     assert info.value.chute_source_index == 207  # type: ignore[attr-defined]
     assert info.value.chute_source_record == 7  # type: ignore[attr-defined]
+
+
+def test_an_explicit_obstore_store_holds_the_endpoint_and_credentials(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pickle
+
+    from obstore.store import S3Store
+
+    urls, files = upload(s3, tmp_path)
+    index = write_index(urls, s3.url("data/train.chute-index"))
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)  # only the store knows where and who
+    store = S3Store(
+        s3.bucket,
+        config={"endpoint": s3.proxy.url, "region": "us-east-1", "access_key_id": "test",
+                "secret_access_key": "test"},
+        client_options={"allow_http": True},
+    )  # fmt: skip
+    idx = np.random.default_rng(4).integers(0, 1200, 100)
+    expected = ArrayRecordDataSource(files).__getitems__(idx)
+    for spec in (index, s3.url("data/train-*.array_record")):
+        source = ArrayRecordDataSource(spec, filesystem=store)
+        assert source.__getitems__(idx) == expected
+        assert pickle.loads(pickle.dumps(source)).__getitems__(idx) == expected
+
+
+def test_an_explicit_fsspec_filesystem_reads_a_gcs_set(
+    gcs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gcsfs.core import GCSFileSystem
+
+    _, files = upload(gcs, tmp_path)
+    fs = GCSFileSystem(token="anon", endpoint_url=gcs.proxy.url, skip_instance_cache=True)
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")  # only the filesystem knows the emulator
+    source = ArrayRecordDataSource(gcs.url("data/train-*.array_record"), filesystem=fs)
+    idx = np.random.default_rng(5).integers(0, 1200, 100)
+    assert source.__getitems__(idx) == ArrayRecordDataSource(files).__getitems__(idx)
+
+
+def test_a_filesystem_takes_urls_not_paths(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="with filesystem=, name the objects by URL"):
+        ArrayRecordDataSource(str(tmp_path / "train.chute-index"), filesystem=object())

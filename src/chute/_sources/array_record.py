@@ -210,8 +210,13 @@ class ArrayRecordDataSource:
 
     Args:
         paths: A path, glob pattern, ``prefix@N``, ``path[start:stop]`` or
-            ``FileInstruction``, or a list of them.
+            ``FileInstruction``, or a list of them; or (chute's addition) a
+            ``.chute-index`` file, or ``s3://``, ``gs://``, ``az://``, ``http(s)://``
+            URLs of shards, globs of them or of an index, read with chute's own reader
+            and object-store transport (``pip install chute[remote]``).
         reader_options: array_record reader options, a str or a dict.
+        filesystem: chute's addition: an obstore store or an fsspec filesystem that
+            holds the credentials and endpoint for URLs, instead of the environment.
 
     >>> import tempfile, os
     >>> from chute._sources.array_record_writer import write_array_record
@@ -223,13 +228,22 @@ class ArrayRecordDataSource:
     """
 
     def __new__(cls, paths: Any = None, *args: Any, **kwargs: Any) -> ArrayRecordDataSource:
-        if cls is ArrayRecordDataSource and (_is_index(paths) or _in_bucket(paths)):
+        routed = _is_index(paths) or _in_bucket(paths) or kwargs.get("filesystem") is not None
+        if cls is ArrayRecordDataSource and routed:
             from chute._sources.indexed_array_record import IndexedArrayRecordDataSource
 
             return super().__new__(IndexedArrayRecordDataSource)
         return super().__new__(cls)
 
-    def __init__(self, paths: Any, reader_options: str | Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        paths: Any,
+        reader_options: str | Mapping[str, Any] | None = None,
+        *,
+        filesystem: Any = None,
+    ) -> None:
+        if filesystem is not None:  # a subclass that reads local files only
+            raise ValueError(f"{type(self).__name__} reads local files and takes no filesystem=.")
         options = _reader_options(reader_options)
         entries = _resolve(paths, options)
         if sum(stop - start for _, start, stop, _ in entries) == 0:

@@ -58,14 +58,15 @@ def is_url(path: str) -> bool:
     return scheme not in ("", "file")
 
 
-def open_ranged(path: str, known: tuple[int, str] | None = None) -> Any:
+def open_ranged(path: str, known: tuple[int, str] | None = None, filesystem: Any = None) -> Any:
     """A ranged byte source for a local path (``LocalRanges``) or an object-store URL
-    (opened without a request when its ``(size, version)`` is ``known``)."""
+    (opened without a request when its ``(size, version)`` is ``known``; through
+    ``filesystem``, an obstore store or fsspec filesystem, when one is given)."""
     if not is_url(path):
         return LocalRanges(path[len("file://") :] if path.startswith("file://") else path)
     from chute._remote import open_source  # the object stores need chute[remote]
 
-    source = open_source(path, known=known)
+    source = open_source(path, known=known, filesystem=filesystem)
     # The ArrayRecord reader merges neighbouring chunks itself (64 KiB apart at most);
     # merging far-apart records of a shuffled batch would fetch the bytes between them.
     if hasattr(source, "coalesce"):
@@ -76,8 +77,8 @@ def open_ranged(path: str, known: tuple[int, str] | None = None) -> Any:
 class _File:
     """The index file, opened once per process and read by ranges."""
 
-    def __init__(self, path: str) -> None:
-        self.path, self.remote = path, is_url(path)
+    def __init__(self, path: str, filesystem: Any = None) -> None:
+        self.path, self.remote, self.filesystem = path, is_url(path), filesystem
         self._source: Any = None
         self._pid = -1
 
@@ -86,7 +87,8 @@ class _File:
 
     def _opened(self) -> Any:
         if self._pid != os.getpid():  # a forked child opens its own
-            self._source, self._pid = open_ranged(self.path), os.getpid()
+            self._source = open_ranged(self.path, filesystem=self.filesystem)
+            self._pid = os.getpid()
         return self._source
 
     def size(self) -> int:
@@ -234,8 +236,8 @@ def write_index(files: Sequence[str], path: str) -> str:
     return path
 
 
-def _footer_of(f: str) -> tuple[dict[str, Any], Footer]:
-    source = open_ranged(f)
+def _footer_of(f: str, filesystem: Any = None) -> tuple[dict[str, Any], Footer]:
+    source = open_ranged(f, filesystem=filesystem)
     try:
         footer = RangedArrayRecordReader(source, cache_bytes=0)._footer
         size, version = source.size(), str(getattr(source, "version", ""))
@@ -250,10 +252,12 @@ def _footer_of(f: str) -> tuple[dict[str, Any], Footer]:
     return shard, footer
 
 
-def _footers(files: Sequence[str]) -> tuple[list[dict[str, Any]], list[Footer]]:
+def _footers(
+    files: Sequence[str], filesystem: Any = None
+) -> tuple[list[dict[str, Any]], list[Footer]]:
     """Every shard's entry and footer, read concurrently (16 at a time), in order."""
     with ThreadPoolExecutor(min(16, len(files))) as pool:
-        found = list(pool.map(_footer_of, files))
+        found = list(pool.map(lambda f: _footer_of(f, filesystem), files))
     shards, footers, at = [], [], 0
     for shard, footer in found:
         shard["at"], at = at, at + len(footer.starts)
@@ -262,9 +266,9 @@ def _footers(files: Sequence[str]) -> tuple[list[dict[str, Any]], list[Footer]]:
     return shards, footers
 
 
-def index_in_memory(files: Sequence[str]) -> DatasetIndex:
+def index_in_memory(files: Sequence[str], filesystem: Any = None) -> DatasetIndex:
     """The index of ``files`` read now and held in memory (for shards without an index file)."""
-    shards, footers = _footers(files)
+    shards, footers = _footers(files, filesystem)
     return DatasetIndex("", tuple(IndexedShard(**s) for s in shards), None, 0, 0, tuple(footers))
 
 
@@ -286,10 +290,10 @@ def _resolved(shard: str, index: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(index)), shard)
 
 
-def read_index(path: str) -> DatasetIndex:
+def read_index(path: str, filesystem: Any = None) -> DatasetIndex:
     """The index at ``path`` (a local file or a URL): its header; errors name the file."""
     path = os.fspath(path)
-    file = _File(path)
+    file = _File(path, filesystem)
     try:
         size = file.size()
         head = file.read([(0, min(size, len(_MAGIC) + 8))])[0]

@@ -64,17 +64,19 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
 
     _public_name = _WHAT  # checkpoints cross to and from the same set read as files
 
-    def __init__(self, paths: Any, reader_options: Any = None) -> None:
+    def __init__(self, paths: Any, reader_options: Any = None, *, filesystem: Any = None) -> None:
         if reader_options is not None:
             raise ValueError(
                 f"{_WHAT}: reader_options are array_record's; a source opened from an index "
                 "or from a bucket reads with chute's own reader and takes none."
             )
+        self._filesystem = filesystem
         if isinstance(paths, (str, os.PathLike)) and os.fspath(paths).endswith(SUFFIX):
-            self._index_path, self._index = os.fspath(paths), read_index(os.fspath(paths))
+            self._index_path = _url_for(os.fspath(paths), filesystem)
+            self._index = read_index(self._index_path, filesystem)
         else:  # shards in a bucket, without an index file: every footer is read now
-            files = bucket_files(paths)
-            self._index_path, self._index = "", index_in_memory(files)
+            files = bucket_files(paths, filesystem)
+            self._index_path, self._index = "", index_in_memory(files, filesystem)
         self._setup()
 
     def _setup(self) -> None:
@@ -113,13 +115,14 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         return self._closed_retries + open_now + self._index.retries()
 
     def __getstate__(self) -> dict[str, Any]:
-        if self._index_path:  # each process reads the index file's header itself
-            return {"index": self._index_path}
-        return {"index": "", "in_memory": self._index}
+        state = {"index": self._index_path, "filesystem": self._filesystem}
+        if not self._index_path:  # else each process reads the index file's header itself
+            state["in_memory"] = self._index
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._index_path = state["index"]
-        self._index = state.get("in_memory") or read_index(self._index_path)
+        self._index_path, self._filesystem = state["index"], state.get("filesystem")
+        self._index = state.get("in_memory") or read_index(self._index_path, self._filesystem)
         self._setup()
 
     def _shard(self, k: int) -> RangedArrayRecordReader:
@@ -136,7 +139,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         shard = self._index.shards[k]
         known = (shard.size, shard.version) if is_url(shard.path) and shard.version else None
         try:
-            source = open_ranged(shard.path, known)
+            source = open_ranged(shard.path, known, self._filesystem)
             size = source.size()
         except FileNotFoundError:
             raise FileNotFoundError(
@@ -318,15 +321,27 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         return f"{_WHAT}({where}, shards={len(self._entries)}, len={self._len})"
 
 
-def bucket_files(paths: Any) -> list[str]:
+def _url_for(path: str, filesystem: Any) -> str:
+    """``path`` itself; with a ``filesystem``, only if it is a URL (the filesystem holds the
+    credentials, the URL still names the object)."""
+    if filesystem is not None and not is_url(path):
+        raise ValueError(
+            f"{_WHAT}: with filesystem=, name the objects by URL (s3://bucket/key, "
+            f"gs://bucket/key, ...), not {path!r}; the filesystem supplies the credentials "
+            "and endpoint."
+        )
+    return path
+
+
+def bucket_files(paths: Any, filesystem: Any = None) -> list[str]:
     """The shard URLs that ``paths`` names: URLs, globs of them, or a list of those."""
     from chute._remote import list_prefix
 
     given = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     files: list[str] = []
     for p in given:
-        p = os.fspath(p)
-        files += list_prefix(p) if any(c in p for c in "*?[") else [p]
+        p = _url_for(os.fspath(p), filesystem)
+        files += list_prefix(p, filesystem=filesystem) if any(c in p for c in "*?[") else [p]
     if not files:
         raise FileNotFoundError(f"{_WHAT}: no objects match {paths!r}.")
     return files
