@@ -230,3 +230,43 @@ def test_an_explicit_fsspec_filesystem_reads_a_gcs_set(
 def test_a_filesystem_takes_urls_not_paths(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="with filesystem=, name the objects by URL"):
         ArrayRecordDataSource(str(tmp_path / "train.chute-index"), filesystem=object())
+
+
+def test_retries_in_worker_processes_reach_the_statistics(s3: Any, tmp_path: Path) -> None:
+    import datetime
+
+    from obstore.store import S3Store
+
+    from chute import experimental
+
+    urls, files = upload(s3, tmp_path, options="group_size:10,uncompressed")
+    index = write_index(urls, s3.url("data/train.chute-index"))
+    # The workers get the store with the pipeline, whatever their environment; a store
+    # without retries of its own lets its failures reach chute's retries, which count.
+    store = S3Store(
+        s3.bucket,
+        config={
+            "endpoint": s3.proxy.url,
+            "region": "us-east-1",
+            "access_key_id": "test",
+            "secret_access_key": "test",
+        },
+        client_options={"allow_http": True},
+        retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(seconds=60)},
+    )
+    remote = ArrayRecordDataSource(index, filesystem=store)
+    s3.proxy.configure(fault_rate=0.2, faults=(503,), seed=9, methods=("GET",))
+    options = experimental.DatasetOptions(
+        execution_tracking_mode=experimental.ExecutionTrackingMode.STAGE_TIMING
+    )
+    ds = MapDataset.source(remote).seed(1).shuffle().batch(100).to_iter_dataset()
+    ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2))
+    with iter(experimental.WithOptionsIterDataset(ds, options)) as it:
+        batches = [list(b) for b in it]
+        summary = experimental.execution_summary(it)
+    local = MapDataset.source(ArrayRecordDataSource(files)).seed(1).shuffle().batch(100)
+    assert batches == [list(b) for b in local.to_iter_dataset()]
+    [source] = [s for s in summary.stages if s.retries is not None]
+    # every retry is counted once: in the workers' figures, or by this process's source
+    assert source.where == "workers" and source.retries > 0
+    assert source.retries + (remote.retries or 0) == s3.proxy.injected

@@ -217,6 +217,8 @@ class ArrayRecordDataSource:
         reader_options: array_record reader options, a str or a dict.
         filesystem: chute's addition: an obstore store or an fsspec filesystem that
             holds the credentials and endpoint for URLs, instead of the environment.
+            It keeps its own retry settings: chute retries, and counts in the
+            source's ``retries``, what the store gives up on.
 
     >>> import tempfile, os
     >>> from chute._sources.array_record_writer import write_array_record
