@@ -267,7 +267,7 @@ def test_retries_in_worker_processes_reach_the_statistics(s3: Any, tmp_path: Pat
     local = MapDataset.source(ArrayRecordDataSource(files)).seed(1).shuffle().batch(100)
     assert batches == [list(b) for b in local.to_iter_dataset()]
     [source] = [s for s in summary.stages if s.retries is not None]
-    # The workers' retries reach the summary, and none is counted twice.  (About one run
-    # in ten counts one retry fewer than the proxy injected; where it goes is not known.)
+    # The workers' retries reach the summary, and none is counted twice.  (Some runs
+    # count one retry fewer than the proxy injected; where it goes is not known yet.)
     assert source.where == "workers" and source.retries > 0
     assert source.retries + (remote.retries or 0) <= s3.proxy.injected
