@@ -143,8 +143,3 @@ def test_bucket_outputs_that_name_no_prefix_are_refused_before_any_work(
     status, out, err = run_cli(capsys, "convert", tmp_path / "rows.jsonl", output)
     assert (status, out) == (2, "") and err.count("\n") == 1
     assert output in err and says in err
-
-
-def test_a_bucket_input_is_refused_with_what_to_do(capsys: pytest.CaptureFixture[str]) -> None:
-    status, _, err = run_cli(capsys, "convert", "s3://bucket/rows.jsonl", "out/train")
-    assert status == 2 and "reads its INPUT from local files only; copy it" in err

@@ -200,3 +200,54 @@ def test_inspect_of_a_missing_object_is_one_line(s3, capsys: pytest.CaptureFixtu
     for spec in ("out/train", "out/train-*.array_record", "out/train.chute-index"):
         status, out, err = cli(capsys, "inspect", s3.url(spec))
         assert (status, out) == (2, "") and err.count("\n") == 1 and s3.url(spec) in err
+
+
+def test_bucket_inputs_convert_as_the_same_local_files_do(
+    store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from chute._sources.tfrecord import write_tfrecord
+
+    jsonl = write_rows(tmp_path / "rows.jsonl", ROWS)
+    pq.write_table(pa.table({"x": list(range(30))}), tmp_path / "a.parquet", row_group_size=7)
+    pq.write_table(pa.table({"x": list(range(30, 50))}), tmp_path / "b.parquet")
+    write_tfrecord([b"first", b"second", b"third"], str(tmp_path / "r.tfrecord"))
+    for name in ("rows.jsonl", "a.parquet", "b.parquet", "r.tfrecord"):
+        store.put(f"in/{name}", (tmp_path / name).read_bytes())
+    cases = [
+        (store.url("in/rows.jsonl"), jsonl),
+        (store.url("in/*.parquet"), tmp_path / "*.parquet"),
+        (store.url("in/r.tfrecord"), tmp_path / "r.tfrecord"),
+    ]
+    for k, (url, local) in enumerate(cases):
+        convert(capsys, url, tmp_path / f"from-bucket-{k}", "--num-shards", 2)
+        convert(capsys, local, tmp_path / f"from-disk-{k}", "--num-shards", 2)
+        got = records(ArrayRecordDataSource(str(tmp_path / f"from-bucket-{k}")))
+        assert got == records(ArrayRecordDataSource(str(tmp_path / f"from-disk-{k}")))
+    assert len(records(ArrayRecordDataSource(str(tmp_path / "from-bucket-1")))) == 50
+
+
+def test_a_bucket_input_rerun_skips_and_a_replaced_object_is_another_input(
+    store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = store.put("in/rows.jsonl", write_rows(tmp_path / "rows.jsonl", ROWS).read_bytes())
+    convert(capsys, url, store.url("out/train"), "--num-shards", 3)
+    assert "nothing to do" in convert(capsys, url, store.url("out/train"), "--num-shards", 3)
+    store.put("in/rows.jsonl", write_rows(tmp_path / "more.jsonl", ROWS * 2).read_bytes())
+    status, _, err = cli(capsys, "convert", url, store.url("out/train"), "--num-shards", 3,
+                         "--no-progress")  # fmt: skip
+    assert status == 2 and "--overwrite" in err
+
+
+def test_bucket_inputs_of_other_formats_are_refused_with_what_to_do(
+    s3, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = s3.put("in/arrays.npy", b"\x93NUMPY")
+    status, _, err = cli(capsys, "convert", url, "out/train", "--no-progress")
+    assert status == 2 and "cannot tell one format" in err
+    status, _, err = cli(capsys, "convert", url, "out/train", "--format", "npy", "--no-progress")
+    assert status == 2 and "copy npy input to a local folder first" in err
+    status, _, err = cli(capsys, "convert", s3.url("none/*.jsonl"), "out/train", "--no-progress")
+    assert status == 2 and "no object matches" in err

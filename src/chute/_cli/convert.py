@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from chute._cli import convert_bucket
+from chute._cli import bucket_input, convert_bucket
 from chute._cli.bucket import check_prefix, is_bucket_url
 from chute._cli.bucket import sizes as object_sizes
 from chute._cli.decode import human_size
@@ -48,7 +48,12 @@ def register(subparsers: argparse._SubParsersAction, epilog: str) -> None:
         epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("input", metavar="INPUT", help="a file, a folder or a quoted glob")
+    parser.add_argument(
+        "input",
+        metavar="INPUT",
+        help="a file, a folder or a quoted glob; or a bucket URL, glob or prefix of "
+        "Parquet, JSON Lines or TFRecord objects",
+    )
     parser.add_argument(
         "output_prefix",
         metavar="OUTPUT_PREFIX",
@@ -210,24 +215,22 @@ def _report(lead: str, shards: list[str], sizes: list[int] | None = None) -> Non
         print(f"  {path} ({human_size(size)})" if sizes is not None else f"  {path}")
 
 
-def _check_input(spec: str) -> None:
-    if is_bucket_url(spec):
-        raise CliError(
-            f"{spec}: convert reads its INPUT from local files only; copy it to a local "
-            "folder first (the OUTPUT_PREFIX may be a bucket URL)"
-        )
-
-
 def run(args: argparse.Namespace) -> int:
     """Runs ``chute convert`` with parsed ``args``; returns the exit status."""
     need(ARRAY_RECORD_MODULE, "writing ArrayRecord files", "array_record")  # before any work
-    _check_input(args.input)
-    paths = resolve_inputs(args.input)
-    fmt = detect_format(paths, args.format)
+    from_bucket = is_bucket_url(args.input)
+    if from_bucket:  # Parquet, JSON Lines or TFRecord objects, read where they lie
+        urls = bucket_input.resolve(args.input)
+        fmt = bucket_input.detect(urls, args.format)
+    else:
+        paths = resolve_inputs(args.input)
+        fmt = detect_format(paths, args.format)
     remote = is_bucket_url(args.output_prefix)
     prefix = check_prefix(args.output_prefix) if remote else _check_output(args.output_prefix)
     shards = shard_paths(prefix, args.num_shards)
-    described = describe_input(paths, fmt, args)
+    described = (
+        bucket_input.describe(urls, fmt, args) if from_bucket else describe_input(paths, fmt, args)
+    )
     found: Found | None = None
     listed: list[str] = []
     if remote:  # before any work: a missing bucket or denied access is said now
@@ -243,10 +246,10 @@ def run(args: argparse.Namespace) -> int:
         _report(f"{lead}, found", shards, object_sizes(shards))
         convert_bucket.index_if_missing(prefix, shards, listed)
         return 0
-    for line in notes(fmt, paths):
+    for line in [] if from_bucket else notes(fmt, paths):
         print(line)
     encode = encoder(args.serializer)
-    rows, total = READERS[fmt](paths)
+    rows, total = bucket_input.read(urls, fmt) if from_bucket else READERS[fmt](paths)
     _check_shard_count(total, args.num_shards, args.input)
     records = _Progress(
         _first_and_rest((encode(row) for row in rows), args.input), total, args.no_progress
