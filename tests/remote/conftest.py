@@ -56,6 +56,15 @@ class Store:
                 reply.read()
         return self.url(key)
 
+    def obstore_store(self, **options: Any) -> Any:
+        """An obstore ``S3Store`` of this bucket, holding the proxy's address and the test
+        credentials itself (``options`` go to ``S3Store``)."""
+        from obstore.store import S3Store
+
+        config = {"endpoint": self.proxy.url, "region": "us-east-1", "access_key_id": "test",
+                  "secret_access_key": "test"}  # fmt: skip
+        return S3Store(self.bucket, config=config, client_options={"allow_http": True}, **options)
+
     def exists(self, key: str) -> bool:
         if self.scheme == "s3":
             found = self._client.list_objects_v2(Bucket=self.bucket, Prefix=key)

@@ -194,18 +194,11 @@ def test_an_explicit_obstore_store_holds_the_endpoint_and_credentials(
 ) -> None:
     import pickle
 
-    from obstore.store import S3Store
-
     urls, files = upload(s3, tmp_path)
     index = write_index(urls, s3.url("data/train.chute-index"))
     for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(name)  # only the store knows where and who
-    store = S3Store(
-        s3.bucket,
-        config={"endpoint": s3.proxy.url, "region": "us-east-1", "access_key_id": "test",
-                "secret_access_key": "test"},
-        client_options={"allow_http": True},
-    )  # fmt: skip
+    store = s3.obstore_store()
     idx = np.random.default_rng(4).integers(0, 1200, 100)
     expected = ArrayRecordDataSource(files).__getitems__(idx)
     for spec in (index, s3.url("data/train-*.array_record")):
@@ -235,24 +228,14 @@ def test_a_filesystem_takes_urls_not_paths(tmp_path: Path) -> None:
 def test_retries_in_worker_processes_reach_the_statistics(s3: Any, tmp_path: Path) -> None:
     import datetime
 
-    from obstore.store import S3Store
-
     from chute import experimental
 
     urls, files = upload(s3, tmp_path, options="group_size:10,uncompressed")
     index = write_index(urls, s3.url("data/train.chute-index"))
     # The workers get the store with the pipeline, whatever their environment; a store
     # without retries of its own lets its failures reach chute's retries, which count.
-    store = S3Store(
-        s3.bucket,
-        config={
-            "endpoint": s3.proxy.url,
-            "region": "us-east-1",
-            "access_key_id": "test",
-            "secret_access_key": "test",
-        },
-        client_options={"allow_http": True},
-        retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(seconds=60)},
+    store = s3.obstore_store(
+        retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(seconds=60)}
     )
     remote = ArrayRecordDataSource(index, filesystem=store)
     s3.proxy.configure(fault_rate=0.2, faults=(503,), seed=9, methods=("GET",))

@@ -48,15 +48,7 @@ def plain(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
 
 def s3_store(s3: Any) -> Any:
-    from obstore.store import S3Store
-
-    config = {
-        "endpoint": s3.proxy.url,
-        "region": "us-east-1",
-        "access_key_id": "test",
-        "secret_access_key": "test",
-    }
-    return S3Store(s3.bucket, config=config, client_options={"allow_http": True})
+    return s3.obstore_store()
 
 
 def test_a_bucket_source_reads_the_local_rows(store: Any, tmp_path: Path) -> None:

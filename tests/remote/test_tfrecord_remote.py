@@ -101,19 +101,8 @@ def test_an_object_replaced_while_read_raises_source_changed(store: Any, tmp_pat
 
 
 def test_an_explicit_obstore_store_reads_the_bucket(s3: Any, tmp_path: Path) -> None:
-    from obstore.store import S3Store
-
     urls, paths = upload(s3, tmp_path, parts=2)
-    store = S3Store(
-        s3.bucket,
-        config={
-            "endpoint": s3.proxy.url,
-            "region": "us-east-1",
-            "access_key_id": "test",
-            "secret_access_key": "test",
-        },
-        client_options={"allow_http": True},
-    )
+    store = s3.obstore_store()
     keys = [u.split("/", 3)[3] for u in urls]
     assert list(TFRecordIterDataset(keys, filesystem=store)) == list(TFRecordIterDataset(paths))
     assert list(TFRecordIterDataset(urls, filesystem=store)) == list(TFRecordIterDataset(paths))

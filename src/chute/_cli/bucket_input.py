@@ -12,15 +12,14 @@ image folders, Hugging Face datasets) are refused with what to do.
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 from collections.abc import Iterator
 from typing import Any
 
 from chute._cli.bucket import bucket_error
 from chute._cli.errors import CliError
-from chute._cli.manifest import VERSION
+from chute._cli.manifest import describe_listing
+from chute._cli.readers import json_rows
 
 __all__ = ["describe", "detect", "read", "resolve"]
 
@@ -80,18 +79,7 @@ def describe(urls: list[str], fmt: str, args: Any) -> dict[str, Any]:
                 listing.append([url, source.size(), str(source.version)])
         except Exception as exc:
             raise bucket_error(url, exc, "reading") from None
-    return {
-        "version": VERSION,
-        "input": args.input,
-        "format": fmt,
-        "serializer": args.serializer,
-        "options": args.options,
-        "num_shards": args.num_shards,
-        "files": len(listing),
-        "bytes": sum(size for _, size, _ in listing),
-        "digest": hashlib.sha256(json.dumps(listing).encode()).hexdigest(),
-        "listing": listing[:100],
-    }
+    return describe_listing(listing, fmt, args)
 
 
 def read(urls: list[str], fmt: str) -> tuple[Iterator[Any], int | None]:
@@ -130,12 +118,4 @@ def _jsonl(url: str) -> Iterator[Any]:
     from chute._remote import RangedFile, open_source
 
     with io.BufferedReader(RangedFile(open_source(url)), 1 << 20) as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except ValueError as exc:
-                raise CliError(
-                    f"{url} line {number}: not valid JSON ({exc}); fix or remove that line"
-                ) from None
+        yield from json_rows(lines, url)

@@ -70,6 +70,11 @@ def describe_input(paths: list[Path], fmt: str, args: Any) -> dict[str, Any]:
     for path in _input_files(paths, args.output_prefix):
         stat = path.stat()
         listing.append([str(path.resolve()), stat.st_size, stat.st_mtime_ns])
+    return describe_listing(listing, fmt, args)
+
+
+def describe_listing(listing: list[list[Any]], fmt: str, args: Any) -> dict[str, Any]:
+    """The manifest's account of input files ``[name, size, version]`` and of the settings."""
     digest = hashlib.sha256(json.dumps(listing).encode()).hexdigest()
     described = {
         "version": VERSION,

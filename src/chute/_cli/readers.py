@@ -10,7 +10,7 @@ import contextlib
 import glob
 import json
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,17 +124,22 @@ def _parquet(paths: list[Path]) -> tuple[Iterator[Any], int | None]:
     return rows(), total
 
 
+def json_rows(lines: Iterable[bytes], name: object) -> Iterator[Any]:
+    """The JSON value of each non-blank line; a bad line is a ``CliError`` naming it."""
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield json.loads(line)
+        except ValueError as exc:
+            raise CliError(
+                f"{name} line {number}: not valid JSON ({exc}); fix or remove that line"
+            ) from None
+
+
 def _jsonl_lines(path: Path) -> Iterator[Any]:
     with _reading(path, "JSON Lines"), path.open("rb") as file:
-        for number, line in enumerate(file, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except ValueError as exc:
-                raise CliError(
-                    f"{path} line {number}: not valid JSON ({exc}); fix or remove that line"
-                ) from None
+        yield from json_rows(file, path)
 
 
 def _jsonl(paths: list[Path]) -> tuple[Iterator[Any], int | None]:
