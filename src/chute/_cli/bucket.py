@@ -23,6 +23,7 @@ from typing import Any
 from chute._cli.errors import CliError
 from chute._remote.retry import RetryBudgetExceeded, is_transient, status_of
 from chute._remote.source import split_url
+from chute._sources.array_record_index import is_url
 
 __all__ = [
     "bucket_error",
@@ -49,7 +50,7 @@ _ENDPOINTS = {"s3": "AWS_ENDPOINT_URL", "gs": "STORAGE_EMULATOR_HOST"}
 
 def is_bucket_url(path: str) -> bool:
     """Whether ``path`` is an object-store URL rather than a local path."""
-    return "://" in path and not path.startswith("file://")
+    return is_url(path)
 
 
 def check_prefix(prefix: str) -> str:

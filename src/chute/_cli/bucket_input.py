@@ -16,7 +16,7 @@ import io
 from collections.abc import Iterator
 from typing import Any
 
-from chute._cli.bucket import bucket_error
+from chute._cli.bucket import bucket_error, listed
 from chute._cli.errors import CliError
 from chute._cli.manifest import describe_listing
 from chute._cli.readers import json_rows
@@ -30,24 +30,17 @@ _READABLE = ("parquet", "jsonl", "tfrecord")
 
 def resolve(spec: str) -> list[str]:
     """The object URLs that ``spec`` (an object, a glob or a prefix) names, sorted."""
-    from chute._remote import list_prefix, open_source
-
-    try:
-        if any(c in spec for c in "*?["):
-            urls = list_prefix(spec)
-        else:
-            try:
-                open_source(spec).close()
-                urls = [spec]
-            except FileNotFoundError:  # not an object: a prefix
-                urls = [u for u in list_prefix(spec.rstrip("/") + "/") if not u.endswith("/")]
-    except CliError:
-        raise
-    except Exception as exc:
-        raise bucket_error(spec, exc, "listing") from None
-    if not urls:
+    found = listed(spec)  # a glob's matches; else every object whose name starts so
+    if any(c in spec for c in "*?["):
+        pass
+    elif spec in found:  # one object
+        found = [spec]
+    else:  # a prefix: the objects under it
+        folder = spec.rstrip("/") + "/"
+        found = [u for u in found if u.startswith(folder) and not u.endswith("/")]
+    if not found:
         raise CliError(f"{spec}: no object matches; check the URL")
-    return urls
+    return found
 
 
 def detect(urls: list[str], fmt: str) -> str:

@@ -86,6 +86,19 @@ def obstore_store(scheme: str, bucket: str) -> Any:
     return store
 
 
+def client_for(scheme: str, bucket: str, filesystem: Any = None) -> Any:
+    """What serves ``scheme://bucket``: ``filesystem`` when one is given, gcsfs for a GCS
+    emulator (``STORAGE_EMULATOR_HOST``), else obstore's store for the bucket.
+
+    Reads, listings, writes and deletes all ask here, so they reach the same store.
+    """
+    if filesystem is not None:
+        return filesystem
+    if scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST"):
+        return gcs_emulator_filesystem()
+    return obstore_store(scheme, bucket)
+
+
 def gcs_emulator_filesystem() -> Any:
     """gcsfs for ``STORAGE_EMULATOR_HOST`` (anonymous, as emulators expect)."""
     try:

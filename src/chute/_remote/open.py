@@ -21,14 +21,11 @@ def _fsspec_path(scheme: str, bucket: str, key: str) -> str:
 
 def _backend(url: str, filesystem: Any) -> Any:
     scheme, bucket, key = split_url(url)
-    if filesystem is not None:
-        if backends.is_obstore(filesystem):
-            return backends.ObstoreBackend(filesystem, key.lstrip("/") if scheme == "file" else key)
-        path = key if scheme == "file" else _fsspec_path(scheme, bucket, key)
-        return backends.FsspecBackend(filesystem, path)
-    if scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST"):
-        return backends.FsspecBackend(backends.gcs_emulator_filesystem(), f"{bucket}/{key}")
-    return backends.ObstoreBackend(backends.obstore_store(scheme, bucket), key)
+    client = backends.client_for(scheme, bucket, filesystem)
+    if backends.is_obstore(client):
+        return backends.ObstoreBackend(client, key.lstrip("/") if scheme == "file" else key)
+    path = key if scheme == "file" else _fsspec_path(scheme, bucket, key)
+    return backends.FsspecBackend(client, path)
 
 
 def open_source(
@@ -89,14 +86,12 @@ def list_prefix(url: str | os.PathLike[str], *, filesystem: Any = None) -> list[
         raise ValueError(f"{url!r}: http(s) servers cannot be listed; name each object.")
     folder = pattern[: min(pattern.find(c) % (len(pattern) + 1) for c in _WILDCARDS)]
     folder = folder.rpartition("/")[0]
-    if filesystem is None and scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST"):
-        filesystem = backends.gcs_emulator_filesystem()
-    if filesystem is not None and not backends.is_obstore(filesystem):
-        found = filesystem.find(f"{bucket}/{folder}" if folder else bucket)
+    client = backends.client_for(scheme, bucket, filesystem)
+    if not backends.is_obstore(client):
+        found = client.find(f"{bucket}/{folder}" if folder else bucket)
         keys = [path.split("/", 1)[1] for path in found if "/" in path]
     else:
-        store = filesystem if filesystem is not None else backends.obstore_store(scheme, bucket)
         obstore = backends._import_obstore()
-        listed = obstore.list(store, prefix=folder or None).collect()
+        listed = obstore.list(client, prefix=folder or None).collect()
         keys = [meta["path"] for meta in listed]
     return sorted(f"{scheme}://{bucket}/{k}" for k in keys if fnmatch.fnmatchcase(k, pattern))

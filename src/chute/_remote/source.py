@@ -40,6 +40,15 @@ from chute._remote.retry import RetryPolicy, with_retries
 REMOTE_SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
 
 
+def is_remote_url(path: str) -> bool:
+    """Whether ``path`` is a URL that chute's transport reads (``s3://``, ``gs://``, ...).
+
+    >>> is_remote_url("S3://b/k"), is_remote_url("hdfs://n/k"), is_remote_url("data/k")
+    (True, False, False)
+    """
+    return "://" in path and path.split("://", 1)[0].lower() in REMOTE_SCHEMES
+
+
 def split_url(url: str) -> tuple[str, str, str]:
     """``scheme, bucket, key`` of a URL; ``("file", "", path)`` for local paths."""
     if not isinstance(url, (str, os.PathLike)):

@@ -92,22 +92,20 @@ class ObjectWriter:
             self.abort()
 
     def _upload(self, spool: IO[bytes]) -> None:
-        fs = self._filesystem
-        if self._scheme == "file" and fs is None:
+        if self._scheme == "file" and self._filesystem is None:
             _replace_local(self._key, spool)
-        elif fs is not None and not backends.is_obstore(fs):
-            _upload_fsspec(fs, f"{self._bucket}/{self._key}", spool)
-        elif fs is None and self._scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST"):
-            _upload_fsspec(backends.gcs_emulator_filesystem(), f"{self._bucket}/{self._key}", spool)
-        else:
-            store = fs if fs is not None else backends.obstore_store(self._scheme, self._bucket)
-            obstore = backends._import_obstore()
+            return
+        client = backends.client_for(self._scheme, self._bucket, self._filesystem)
+        if not backends.is_obstore(client):
+            _upload_fsspec(client, f"{self._bucket}/{self._key}", spool)
+            return
+        obstore = backends._import_obstore()
 
-            async def put() -> Any:
-                spool.seek(0)
-                return await asyncio.to_thread(obstore.put, store, self._key, spool)
+        async def put() -> Any:
+            spool.seek(0)
+            return await asyncio.to_thread(obstore.put, client, self._key, spool)
 
-            asyncio.run(with_retries(put, self._retry, lambda exc: None, lambda: f"PUT {self.url}"))
+        asyncio.run(with_retries(put, self._retry, lambda exc: None, lambda: f"PUT {self.url}"))
 
 
 def write_object(
@@ -168,16 +166,14 @@ def delete_object(
     """
     url = os.fspath(url)
     scheme, bucket, key = split_url(url)
-    fs = filesystem
-    if fs is None and scheme == "gs" and os.environ.get("STORAGE_EMULATOR_HOST"):
-        fs = backends.gcs_emulator_filesystem()
-    if scheme == "file" and fs is None:
+    if scheme == "file" and filesystem is None:
         remove = _remove_local(key)
-    elif fs is not None and not backends.is_obstore(fs):
-        remove = _remove_fsspec(fs, f"{bucket}/{key}")
     else:
-        store = fs if fs is not None else backends.obstore_store(scheme, bucket)
-        remove = _remove_obstore(store, key)
+        client = backends.client_for(scheme, bucket, filesystem)
+        if backends.is_obstore(client):
+            remove = _remove_obstore(client, key)
+        else:
+            remove = _remove_fsspec(client, f"{bucket}/{key}")
     policy = retry if retry is not None else RetryPolicy()
     asyncio.run(with_retries(remove, policy, lambda exc: None, lambda: f"DELETE {url}"))
 

@@ -108,8 +108,10 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
 
         The statistics show it beside the source (``chute.experimental.execution_summary``).
         """
-        if not self._remote or self._pid != os.getpid():
-            return None if not self._remote else 0
+        if not self._remote:
+            return None
+        if self._pid != os.getpid():  # a forked child that has not read yet
+            return 0
         with self._lock:
             open_now = sum(r._source.retries for r in self._open.values())  # type: ignore[attr-defined]
         return self._closed_retries + open_now + self._index.retries()
@@ -225,9 +227,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             try:
                 records = self._read(k, local[where])
             except ValueError as exc:
-                first = int(idx[where[0]])
-                mark_origin(exc, Origin(index=first, file=self._entries[k][0],
-                                        record=int(local[where[0]])))  # fmt: skip
+                self._blame(exc, k, int(idx[where[0]]), int(local[where[0]]))
                 raise
             for w, record in zip(where.tolist(), records):
                 out[w] = record
@@ -241,6 +241,10 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             for k, where in groups:
                 read(k, where)
         return out
+
+    def _blame(self, exc: BaseException, k: int, index: int, record: int) -> None:
+        """Marks ``exc`` as raised reading ``index``, record ``record`` of shard ``k``."""
+        mark_origin(exc, Origin(index=index, file=self._entries[k][0], record=record))
 
     def _pool(self) -> DaemonPool:
         if self._threads is None or self._threads_pid != os.getpid():
@@ -287,8 +291,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
 
             def blame(i: int, exc: Exception) -> None:
                 k, where = groups[i]
-                mark_origin(exc, Origin(index=int(idx[where[0]]), file=self._entries[k][0],
-                                        record=int(local[where[0]])))  # fmt: skip
+                self._blame(exc, k, int(idx[where[0]]), int(local[where[0]]))
 
             reads = [(r, local[where]) for r, (_, where) in zip(readers, groups)]
             for (_, where), records in zip(groups, read_together(reads, blame)):

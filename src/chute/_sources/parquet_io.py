@@ -42,8 +42,9 @@ from typing import Any
 import numpy as np
 
 from chute._core.errors import SourceChangedError
+from chute._remote.backends import is_obstore
 from chute._remote.retry import RetryBudgetExceeded
-from chute._remote.source import REMOTE_SCHEMES as _REMOTE_SCHEMES
+from chute._remote.source import is_remote_url
 
 
 def pyarrow_parquet() -> ModuleType:
@@ -90,10 +91,6 @@ def check_read_kwargs(kwargs: dict[str, Any], owner: str) -> dict[str, Any]:
     return dict(kwargs)
 
 
-def _is_obstore(filesystem: Any) -> bool:
-    return type(filesystem).__module__.startswith("obstore")
-
-
 def _remote_file(path: str, filesystem: Any) -> Any:
     """A ``RangedFile`` over ``path`` read through chute's transport (``chute._remote``)."""
     from chute._remote import RangedFile, open_source
@@ -104,12 +101,12 @@ def _remote_file(path: str, filesystem: Any) -> Any:
 def _resolve(path: str, kwargs: dict[str, Any], owner: str) -> tuple[Any, dict[str, Any]]:
     """The source and keywords for ``ParquetFile``: a file object, or a path and filesystem."""
     filesystem = kwargs.get("filesystem")
-    if _is_obstore(filesystem):
+    if is_obstore(filesystem):
         rest = {k: v for k, v in kwargs.items() if k != "filesystem"}
         return _remote_file(path, filesystem), rest
     if filesystem is not None or "://" not in path:
         return path, kwargs
-    if path.split("://", 1)[0].lower() in _REMOTE_SCHEMES:
+    if is_remote_url(path):
         return _remote_file(path, None), kwargs
     from pyarrow import fs as pafs
 

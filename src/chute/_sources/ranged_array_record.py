@@ -206,8 +206,8 @@ class RangedArrayRecordReader:
     def read(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
         """The records at ``indices``, in that order; repeats allowed."""
         pending = self.begin(indices)
-        buffers = self._read(pending.ranges) if pending.plan else []
-        pieces = self.pieces(pending, buffers)
+        buffers = self._source.read_ranges(pending.ranges) if pending.plan else []
+        pieces = self.pieces(pending, buffers)  # checks the buffers' lengths
         return self.finish(pending, decode_chunks(pieces, self._name, verify_data=self._verify))
 
     # A read in three steps, so that a caller reading many files at once (a batch over

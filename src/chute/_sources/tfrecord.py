@@ -39,7 +39,7 @@ from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError, Origin, SourceChangedError, mark_origin
 from chute._core.validate import check_int
 from chute._remote.open import open_source
-from chute._remote.source import REMOTE_SCHEMES
+from chute._remote.source import is_remote_url
 from chute._sources._crc32c import masked_crc32c
 from chute._sources.ranged_source import LocalRanges
 
@@ -68,10 +68,6 @@ def _check_paths(path: Any, what: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _is_remote(path: str) -> bool:
-    return "://" in path and path.split("://", 1)[0].lower() in REMOTE_SCHEMES
-
-
 def _check_files(paths: tuple[str, ...], what: str, filesystem: Any = None) -> tuple[str, ...]:
     """Raises ``FileNotFoundError`` (Grain's words first) unless every local path is a file.
 
@@ -80,7 +76,7 @@ def _check_files(paths: tuple[str, ...], what: str, filesystem: Any = None) -> t
     if filesystem is not None:
         return paths
     for p in paths:
-        if not _is_remote(p) and not os.path.isfile(p):
+        if not is_remote_url(p) and not os.path.isfile(p):
             raise FileNotFoundError(
                 f"[Errno 2] No such file or directory: {p!r}. chute: {what}: no such TFRecord "
                 f"file: {p!r}."
