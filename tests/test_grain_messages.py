@@ -13,16 +13,30 @@ from typing import Any
 import numpy as np
 import pytest
 
+import chute
 from chute import IterDataset, MapDataset
 from chute.experimental import (
     BestFitPackIterDataset,
+    BOSHandling,
+    ConcatThenSplitIterDataset,
     DatasetOptions,
+    ElasticIterator,
     FirstFitPackIterDataset,
+    FlatMapMapDataset,
+    FlatMapTransform,
+    InterleaveIterDataset,
+    LimitIterDataset,
+    RebatchIterDataset,
+    RepeatIterDataset,
+    ThreadPrefetchIterDataset,
     WithOptionsIterDataset,
     ZipIterDataset,
+    ZipMapDataset,
+    batch_and_pad,
+    get_next_index,
     index_shuffle,
 )
-from chute.python import RangeDataSource
+from chute.python import BatchOperation, RangeDataSource
 
 
 def _text(sentence: str) -> str:
@@ -203,8 +217,385 @@ def test_repeat_after_an_infinite_repeat_names_the_parent() -> None:
 def test_index_sampler_seed_errors_start_with_grains_words(
     seed: object, error: type, grains_words: str
 ) -> None:
-    import chute
-
     with pytest.raises(error) as info:
         chute.IndexSampler(10, chute.NoSharding(), shuffle=True, seed=seed)  # type: ignore[arg-type]
     assert str(info.value).startswith(grains_words)
+
+
+# Argument checks: each bad call, the exception type Grain raises for it, and the sentence
+# Grain 0.2.18 starts its message with (observed by making the same call with Grain).
+# chute raises that type (or a subclass) and adds its own advice after "chute:".
+
+_NO_SHARDING = chute.NoSharding()
+_TOKENS = [{"x": np.arange(3)}]
+
+
+class _Twice(FlatMapTransform):
+    max_fan_out = 2
+
+    def flat_map(self, element: Any) -> list[Any]:
+        return [element, element]
+
+
+def _loader(**kwargs: Any) -> Any:
+    sampler = chute.SequentialSampler(3, _NO_SHARDING)
+    return chute.DataLoader(data_source=[1, 2, 3], sampler=sampler, **kwargs)
+
+
+def _concat_then_split(elements: list[Any], **kwargs: Any) -> Any:
+    source = MapDataset.source(elements).to_iter_dataset()
+    return list(ConcatThenSplitIterDataset(source, length_struct={"x": 4}, **kwargs))
+
+
+def _interleave_next_index() -> Any:
+    parents = [MapDataset.range(3).to_iter_dataset() for _ in range(2)]
+    return get_next_index(iter(InterleaveIterDataset(parents, cycle_length=2)))
+
+
+_BOS = BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS
+
+_GRAINS_ARGUMENT_CHECKS: list[tuple[str, Any, type, str]] = [
+    (
+        "random_map without a seed",
+        lambda: MapDataset.range(5).random_map(lambda x, rng: x),
+        ValueError,
+        "`random_map` requires a seed. Please either provide it with `ds.seed(seed)` before any "
+        "random transformations or pass it directly with `ds.random_map(transform, seed=seed)`.",
+    ),
+    (
+        "IterDataset.random_map without a seed",
+        lambda: MapDataset.range(5).to_iter_dataset().random_map(lambda x, rng: x),
+        ValueError,
+        "`random_map` requires a seed. Please either provide it with `ds.seed(seed)` before any "
+        "random transformations or pass it directly with `ds.random_map(transform, seed=seed)`.",
+    ),
+    (
+        "shuffle without a seed",
+        lambda: MapDataset.range(5).shuffle(),
+        ValueError,
+        "`shuffle` requires a seed. Please provide it with `ds.seed(seed)`",
+    ),
+    (
+        "shuffle with a seed of 33 bits",
+        lambda: MapDataset.range(5).shuffle(seed=2**32),
+        ValueError,
+        "Seed must be an integer between 0 and 2**32-1 (got seed=4294967296).",
+    ),
+    (
+        "MapDataset.batch(0)",
+        lambda: MapDataset.range(5).batch(0),
+        ValueError,
+        "batch_size must be positive.",
+    ),
+    (
+        "IterDataset.batch(0)",
+        lambda: MapDataset.range(5).to_iter_dataset().batch(0),
+        ValueError,
+        "batch_size must be positive.",
+    ),
+    (
+        "MapDataset.batch after a flat map",
+        lambda: FlatMapMapDataset(MapDataset.range(5), _Twice()).batch(2),
+        ValueError,
+        "`MapDataset.batch` can not follow `FlatMapMapDataset` because `FlatMapMapDataset` can "
+        "discard elements. Convert `MapDataset` to `IterDataset` with `to_iter_dataset()` "
+        "before calling `batch`.",
+    ),
+    (
+        "transforms.Batch(0) in a DataLoader",
+        lambda: _loader(operations=[chute.transforms.Batch(batch_size=0)]),
+        ValueError,
+        "batch_size must be positive.",
+    ),
+    (
+        "legacy BatchOperation(0)",
+        lambda: BatchOperation(batch_size=0),
+        ValueError,
+        "batch_size must be a positive integer. Got 0.",
+    ),
+    (
+        "RebatchIterDataset(batch_size=0)",
+        lambda: RebatchIterDataset(MapDataset.range(3).to_iter_dataset(), batch_size=0),
+        ValueError,
+        "batch_size must be positive.",
+    ),
+    (
+        "batch_and_pad with more values than batch_size",
+        lambda: batch_and_pad([np.zeros(2)] * 3, batch_size=2),
+        ValueError,
+        "Cannot batch 3 values to 2.",
+    ),
+    (
+        "batch_and_pad with batch_size=0",
+        lambda: batch_and_pad([np.zeros(2)] * 3, batch_size=0),
+        ValueError,
+        "Cannot batch 3 values to 0.",
+    ),
+    (
+        "batch_and_pad with no values",
+        lambda: batch_and_pad([], batch_size=2),
+        ValueError,
+        "Cannot batch 0 values.",
+    ),
+    (
+        "IndexSampler(num_records=0)",
+        lambda: chute.IndexSampler(num_records=0, shard_options=_NO_SHARDING),
+        ValueError,
+        "Invalid number of records in Sampler. Got 0 records, but number of records must be "
+        "greater than 0.",
+    ),
+    (
+        "SequentialSampler(num_records=0)",
+        lambda: chute.SequentialSampler(num_records=0, shard_options=_NO_SHARDING),
+        ValueError,
+        "Invalid number of records in Sampler. Got 0 records, but number of records must be "
+        "greater than 0.",
+    ),
+    (
+        "IndexSampler(num_epochs=0)",
+        lambda: chute.IndexSampler(5, _NO_SHARDING, num_epochs=0),
+        ValueError,
+        "Invalid number of epochs in Index Sampler.Got 0 epochs, but number of epochs must be "
+        "greater than 0.",
+    ),
+    (
+        "IndexSampler position past the end",
+        lambda: chute.IndexSampler(5, _NO_SHARDING, num_epochs=1)[5],
+        IndexError,
+        "RecordMetadata object index is out of bounds; Got index 5, allowed indices should be "
+        "in [0, 5]",
+    ),
+    (
+        "endless IndexSampler at a negative position",
+        lambda: chute.IndexSampler(5, _NO_SHARDING)[-1],
+        IndexError,
+        "RecordMetadata object index is out of bounds; Got index -1, allowed indices should be "
+        "in [0, None]",
+    ),
+    (
+        "SequentialSampler position past the end",
+        lambda: chute.SequentialSampler(5, _NO_SHARDING)[7],
+        IndexError,
+        "RecordMetadata object index is out of bounds; Got index 7, allowed indices should be "
+        "in [0, 5]",
+    ),
+    (
+        "ShardOptions with shard_index == shard_count",
+        lambda: chute.ShardOptions(shard_index=3, shard_count=3),
+        ValueError,
+        "Shard shard_index must be in [0, shard_count - 1], shard_count was 3 and shard_index "
+        "was 3.",
+    ),
+    (
+        "ShardOptions with a negative shard_index",
+        lambda: chute.ShardOptions(shard_index=-1, shard_count=2),
+        ValueError,
+        "Shard shard_index must be in [0, shard_count - 1], shard_count was 2 and shard_index "
+        "was -1.",
+    ),
+    (
+        "ShardOptions(shard_count=0)",
+        lambda: chute.ShardOptions(shard_index=0, shard_count=0),
+        ValueError,
+        "Number of shards must be a positive integer but got 0.",
+    ),
+    (
+        "DataLoader(worker_count=-1)",
+        lambda: _loader(worker_count=-1),
+        ValueError,
+        "Worker count should be greater than or equal zero.Current worker_count is -1.",
+    ),
+    (
+        "DataLoader(worker_buffer_size=-1)",
+        lambda: _loader(worker_buffer_size=-1),
+        ValueError,
+        "Worker buffer size must be greater than or equal zero.Current worker_buffer_size is -1.",
+    ),
+    (
+        "ZipMapDataset over parents of unequal length",
+        lambda: ZipMapDataset([MapDataset.range(3), MapDataset.range(4)]),
+        ValueError,
+        "All parents must have the same length.",
+    ),
+    (
+        "ZipMapDataset of no parents",
+        lambda: ZipMapDataset([]),
+        ValueError,
+        "At least one parent must be provided.",
+    ),
+    (
+        "ZipIterDataset of no parents",
+        lambda: ZipIterDataset([]),
+        ValueError,
+        "At least one parent must be provided.",
+    ),
+    (
+        "LimitIterDataset(count=0)",
+        lambda: LimitIterDataset(MapDataset.range(3).to_iter_dataset(), count=0),
+        ValueError,
+        "Count must be a non-negative integer. Got 0",
+    ),
+    (
+        "MapDataset.repeat(0)",
+        lambda: MapDataset.range(3).repeat(0),
+        ValueError,
+        "num_epochs must be positive, but got 0.",
+    ),
+    (
+        "RepeatIterDataset(num_epochs=-1)",
+        lambda: RepeatIterDataset(MapDataset.range(3).to_iter_dataset(), num_epochs=-1),
+        ValueError,
+        "num_epochs must be positive, but got -1.",
+    ),
+    (
+        "MapDataset.slice of an int",
+        lambda: MapDataset.range(3).slice(1),  # type: ignore[arg-type]
+        ValueError,
+        "sl is not a slice: <class 'int'>",
+    ),
+    (
+        "IterDataset.mix with a zero weight",
+        lambda: IterDataset.mix([MapDataset.range(3).to_iter_dataset()] * 2, [1, 0]),
+        ValueError,
+        "Must specify all non-zero proportions for mixing.",
+    ),
+    (
+        "ThreadPrefetchIterDataset(prefetch_buffer_size=-1)",
+        lambda: ThreadPrefetchIterDataset(
+            MapDataset.range(3).to_iter_dataset(), prefetch_buffer_size=-1
+        ),
+        ValueError,
+        "`prefetch_buffer_size` must be greater than or equal to 0, got -1.",
+    ),
+    (
+        "ReadOptions(num_threads=-1)",
+        lambda: chute.ReadOptions(num_threads=-1),
+        ValueError,
+        "num_threads must be non-negative, got -1",
+    ),
+    (
+        "ReadOptions(prefetch_buffer_size=-1)",
+        lambda: chute.ReadOptions(prefetch_buffer_size=-1),
+        ValueError,
+        "prefetch_buffer_size must be non-negative, got -1",
+    ),
+    (
+        "SharedMemoryDataSource of nothing",
+        lambda: chute.sources.SharedMemoryDataSource(),
+        ValueError,
+        "Elements or name must be provided.",
+    ),
+    (
+        "config.update of an unknown option",
+        lambda: chute.config.update("no_such_option", 1),
+        ValueError,
+        "Unrecognized config option: no_such_option",
+    ),
+    (
+        "setting a config option as an attribute",
+        lambda: setattr(chute.config, "py_debug_mode", True),
+        ValueError,
+        "Please use update().",
+    ),
+    (
+        "ElasticIterator with a batch that does not split over the shards",
+        lambda: next(iter(ElasticIterator(MapDataset.range(10), 3, chute.ShardOptions(0, 2)))),
+        ValueError,
+        "Global batch size 3 is not divisible by shard count 2.",
+    ),
+    (
+        "ElasticIterator(global_batch_size=0)",
+        lambda: next(iter(ElasticIterator(MapDataset.range(10), 0, chute.ShardOptions(0, 1)))),
+        ValueError,
+        "batch_size must be positive.",
+    ),
+    (
+        "ElasticIterator over a filter",
+        lambda: ElasticIterator(
+            MapDataset.range(10).filter(lambda x: True).map(lambda x: x),
+            2,
+            chute.ShardOptions(0, 1),
+        ),
+        ValueError,
+        "ElasticIterator does not support `filter` transformation.",
+    ),
+    (
+        "ConcatThenSplitIterDataset with a BOS token but no BOS handling",
+        lambda: _concat_then_split(_TOKENS, bos_token_id=1),
+        ValueError,
+        "bos_handling=BOSHandling.DO_NOTHING indicates that BOS handling is not used. So "
+        "bos_token_id and bos_features should not be set.",
+    ),
+    (
+        "ConcatThenSplitIterDataset with BOS handling but no token",
+        lambda: _concat_then_split(_TOKENS, bos_handling=_BOS, bos_features=["x"]),
+        ValueError,
+        "bos_token_id must be set if bos_handling is BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS.",
+    ),
+    (
+        "ConcatThenSplitIterDataset with a BOS feature that is a meta feature",
+        lambda: _concat_then_split(
+            _TOKENS, bos_handling=_BOS, bos_token_id=1, bos_features={"x"}, meta_features={"x"}
+        ),
+        ValueError,
+        "bos_features and meta_features should not overlap. bos_features: {'x'}, "
+        "meta_features: {'x'}",
+    ),
+    (
+        "ConcatThenSplitIterDataset over elements that are not dicts",
+        lambda: _concat_then_split([[np.arange(3)]]),
+        ValueError,
+        "Parent elements must be unnested dictionaries but got list<ndarray>[1, 3].",
+    ),
+    (
+        "ConcatThenSplitIterDataset over elements with other features",
+        lambda: _concat_then_split([{"y": np.arange(3, dtype=np.int64)}]),
+        ValueError,
+        "Parent element has structure {'y': 'int64[3]'} but target sequence length is "
+        "{'x': 4}. There must be a sequence length for each feature.",
+    ),
+    (
+        "apply() of something that is not a transform",
+        lambda: MapDataset.range(3).apply(3),  # type: ignore[arg-type]
+        NotImplementedError,
+        "Transformation type: 3 is not supported.",
+    ),
+    (
+        "get_next_index of an interleave of two datasets",
+        _interleave_next_index,
+        NotImplementedError,
+        "get_next_index is not supported for InterleaveDatasetIterator with more than one dataset.",
+    ),
+    (
+        "ArrayRecordDataSource of no paths",
+        lambda: chute.ArrayRecordDataSource([]),
+        ValueError,
+        "Paths sequence can not be of 0 length",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("bad_call", "grains_type", "grains_sentence"),
+    [case[1:] for case in _GRAINS_ARGUMENT_CHECKS],
+    ids=[case[0] for case in _GRAINS_ARGUMENT_CHECKS],
+)
+def test_argument_checks_start_with_grains_sentence_then_give_chutes_advice(
+    bad_call: Any, grains_type: type, grains_sentence: str
+) -> None:
+    with pytest.raises(grains_type) as info:
+        bad_call()
+    message = str(info.value)
+    assert message.startswith(grains_sentence)
+    assert "chute: " in message[len(grains_sentence) :]
+
+
+def test_restoring_a_missing_checkpoint_file_gives_grains_message(tmp_path: Any) -> None:
+    from chute.checkpoint import CheckpointHandler
+
+    missing = tmp_path / "no_such_step"
+    iterator = iter(MapDataset.range(3).to_iter_dataset())
+    with pytest.raises(ValueError) as info:
+        CheckpointHandler().restore(missing, item=iterator)
+    assert isinstance(info.value, FileNotFoundError)  # what chute raised before, still caught
+    assert str(info.value).startswith(f"File {missing}/process_0-of-1.json does not exist.")

@@ -616,7 +616,7 @@ def test_a_failing_parent_element_is_skipped_and_checkpoints_stay_exact() -> Non
     [
         ({"y": np.arange(2)}, ValueError, r"parent element 1 has the features"),
         ({"x": np.arange(2), "y": 1}, ValueError, r"parent element 1 has the features"),
-        (np.arange(2), TypeError, r"parent element 1 is a ndarray"),
+        (np.arange(2), ValueError, r"parent element 1 is a ndarray"),
         ({"x": np.zeros((2, 2))}, ValueError, r"feature 'x' of parent element 1 has shape"),
     ],
 )
@@ -712,9 +712,9 @@ def test_bos_handling_members_match_grain() -> None:
         ("DO_NOTHING", 1),
         ("REPLACE_FIRST_TOKEN_WITH_BOS", 2),
     ]
-    # Like Grain, a bos_token_id alone is accepted (and unused) without BOS handling.
-    out = _pack(_xs([2]), length_struct={"x": 3}, bos_token_id=5)
-    assert _lists(out, "x") == [[1, 2, 0]]
+    # Like Grain, a bos_token_id without BOS handling is refused, not silently unused.
+    with pytest.raises(ValueError, match="indicates that BOS handling is not used"):
+        _pack(_xs([2]), length_struct={"x": 3}, bos_token_id=5)
     assert "length_struct={'x': 3}" in repr(
         ConcatThenSplitIterDataset(_source([]), length_struct={"x": 3})
     )

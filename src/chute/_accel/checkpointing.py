@@ -34,6 +34,10 @@ from chute._loader.data_loader import DataLoaderIterator
 It = TypeVar("It")
 
 
+class MissingCheckpointFileError(FileNotFoundError, ValueError):
+    """``CheckpointHandler.restore`` found no file: a ``ValueError`` as in Grain, and an OSError."""
+
+
 def process_file_name() -> str:
     """This process's file name in a checkpoint directory, ``process_{i}-of-{n}.json``."""
     from chute._loader.sharding import _jax_process_index_and_count
@@ -200,7 +204,10 @@ class CheckpointHandler:
         _check_iterator(item, "chute.checkpoint.CheckpointHandler.restore()")
         target = directory / process_file_name()
         if not target.exists():
-            raise FileNotFoundError(f"chute.checkpoint: {target} does not exist.")
+            raise MissingCheckpointFileError(
+                f"File {target} does not exist. chute: no checkpoint file for this process "
+                "in the directory; was it saved by a run with another process count?"
+            )
         _decode(item, target.read_text(), target)
         return item
 

@@ -112,7 +112,7 @@ class Config:
 
     def _unknown(self, name: str) -> ValueError:
         return ValueError(
-            f"Unrecognized config option: {name} (chute.config has {', '.join(_OPTIONS)})."
+            f"Unrecognized config option: {name}. chute: the options are {', '.join(_OPTIONS)}."
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -142,7 +142,7 @@ class Config:
             self._values[name] = _checked(name, _OPTIONS[name], value)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        raise ValueError(f"Please use update(): chute.config.update({name!r}, {value!r}).")
+        raise ValueError(f"Please use update(). chute: chute.config.update({name!r}, {value!r}).")
 
     def __dir__(self) -> list[str]:
         return sorted({"get_or_default", "update", *_OPTIONS})

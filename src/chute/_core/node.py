@@ -172,14 +172,22 @@ def apply_one(ds: Any, t: Any) -> Any:
         return ds.batch(t.batch_size, drop_remainder=t.drop_remainder, batch_fn=t.batch_fn)
     if isinstance(t, TfRandomMap):
         raise NotImplementedError(
-            f"apply() does not take a TfRandomMap ({t!r}): it is for the DataLoader's "
-            "operations. Subclass chute.transforms.RandomMap (random_map(element, rng)) instead."
+            f"Transformation type: {t} is not supported. chute: apply() does not take a "
+            f"TfRandomMap ({t!r}): it is for the DataLoader's operations. Subclass "
+            "chute.transforms.RandomMap (random_map(element, rng)) instead."
         )
-    raise TypeError(
-        f"apply() takes chute.transforms objects (Map, RandomMap, MapWithIndex, Filter, "
-        f"FlatMap, Batch); got {t!r} that is a {type(t).__name__}. Wrap a plain function "
-        "as chute.transforms.Map(fn)."
+    raise UnsupportedTransformError(
+        f"Transformation type: {t} is not supported. chute: apply() takes chute.transforms "
+        f"objects (Map, RandomMap, MapWithIndex, Filter, FlatMap, Batch); got {t!r} that is a "
+        f"{type(t).__name__}. Wrap a plain function as chute.transforms.Map(fn)."
     )
+
+
+class UnsupportedTransformError(TypeError, NotImplementedError):
+    """``apply()`` got something that is not a transform.
+
+    A ``TypeError``, and the ``NotImplementedError`` that Grain raises for it.
+    """
 
 
 # MapDataset and the stage modules build on Node, so they are reached through the module.

@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from chute._core.validate import grain_first
+
 MAX_SEED = 2**32
 
 
@@ -79,6 +81,17 @@ def derive_seed(node: _Node) -> int | None:
     return int(np.random.SeedSequence(pairs).generate_state(1, np.uint32)[0])
 
 
+# Grain's words when a random stage has no seed (its window shuffles require one by signature).
+_GRAINS_NO_SEED = {
+    "random_map": (
+        "`random_map` requires a seed. Please either provide it with `ds.seed(seed)` before "
+        "any random transformations or pass it directly with `ds.random_map(transform, "
+        "seed=seed)`."
+    ),
+    "shuffle": "`shuffle` requires a seed. Please provide it with `ds.seed(seed)`",
+}
+
+
 def resolve_seed(node: _Node, explicit: int | None, stage: str, *, wide: bool = False) -> int:
     """Returns the explicit seed or the derived one; raises if there is none.
 
@@ -93,10 +106,12 @@ def resolve_seed(node: _Node, explicit: int | None, stage: str, *, wide: bool = 
         return check(explicit, f"{stage}: seed")
     derived = derive_seed(node)
     if derived is None:
-        raise ValueError(
+        advice = (
             f"{stage} needs a seed: pass seed=... to it, or call .seed(s) on the "
             "dataset earlier in the pipeline, e.g. ds.seed(42)."
         )
+        grains = _GRAINS_NO_SEED.get(stage)
+        raise ValueError(advice if grains is None else grain_first(grains, advice))
     return derived
 
 

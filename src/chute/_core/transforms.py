@@ -268,7 +268,12 @@ class Batch:
     def __post_init__(self) -> None:
         from chute._core.validate import check_positive_int
 
-        check_positive_int(self.batch_size, "Batch: batch_size")
+        what = f"{type(self).__name__}: batch_size"
+        check_positive_int(self.batch_size, what, grains=self._grains_low_size())
+
+    def _grains_low_size(self) -> str:
+        # Grain's words for a batch_size < 1 (its batch stage raises them).
+        return "batch_size must be positive."
 
 
 TRANSFORM_TYPES = (Map, RandomMap, TfRandomMap, MapWithIndex, Filter, FlatMap, Batch)

@@ -120,9 +120,26 @@ class DataLoader:
         self._source = SourceMapDataset(data_source)
         self._data_source, self._sampler = data_source, sampler
         self._operations = _check_operations(operations)
-        self._worker_count = check_int(worker_count or 0, "DataLoader: worker_count", minimum=0)
+        self._worker_count = check_int(
+            worker_count or 0,
+            "DataLoader: worker_count",
+            minimum=0,
+            grains=(
+                "Worker count should be greater than or equal zero."
+                f"Current worker_count is {worker_count}."
+            ),
+        )
+        negative = isinstance(worker_buffer_size, int) and worker_buffer_size < 0
         self._buffer_size = check_int(
-            worker_buffer_size, "DataLoader: worker_buffer_size", minimum=1
+            worker_buffer_size,
+            "DataLoader: worker_buffer_size",
+            minimum=1,
+            grains=(  # Grain's words for a negative size (it accepts 0; chute needs 1)
+                "Worker buffer size must be greater than or equal zero."
+                f"Current worker_buffer_size is {worker_buffer_size}."
+            )
+            if negative
+            else None,
         )
         if read_options is not None and not isinstance(read_options, ReadOptions):
             raise TypeError(

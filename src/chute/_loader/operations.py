@@ -93,6 +93,9 @@ class BatchOperation(Batch):
         batch_fn: Combines a list of records' data instead of stacking.
     """
 
+    def _grains_low_size(self) -> str:
+        return f"batch_size must be a positive integer. Got {self.batch_size}."
+
     def __call__(self, input_iterator: Iterator[Record]) -> Iterator[Record]:
         """Batches of an iterator's records, each with the metadata of its last record."""
         combine = self.batch_fn or stack

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._core.seeding import check_seed
-from chute._core.validate import check_positive_int
+from chute._core.validate import check_positive_int, grain_first
 from chute._loader.record import RecordMetadata, philox_generator
 from chute._loader.sharding import NoSharding, ShardOptions, even_split
 from chute._stages.shuffle import shuffled_indices
@@ -63,7 +63,14 @@ class _Sampler:
 
     def _check_common(self, num_records: object, shard_options: object, seed: object) -> None:
         name = type(self).__name__
-        self._num_records = check_positive_int(num_records, f"{name}: num_records")
+        self._num_records = check_positive_int(
+            num_records,
+            f"{name}: num_records",
+            grains=(
+                f"Invalid number of records in Sampler. Got {num_records} records, but number "
+                "of records must be greater than 0."
+            ),
+        )
         if not isinstance(shard_options, ShardOptions):
             raise TypeError(
                 f"{name}: shard_options must be a ShardOptions (got {shard_options!r} that "
@@ -97,11 +104,17 @@ class _Sampler:
         """
         idx = np.asarray(indices, dtype=np.int64)
         if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= len(self)):
-            bad = idx[(idx < 0) | (idx >= len(self))][0]
-            raise IndexError(
-                f"{type(self).__name__}: position {bad} is out of range [0, {len(self)})."
-            )
+            raise self._out_of_range(int(idx[(idx < 0) | (idx >= len(self))][0]))
         return self._key_positions(idx)
+
+    def _out_of_range(self, index: int) -> IndexError:
+        bound = None if len(self) == sys.maxsize else len(self)  # Grain's last index, or None
+        grains = (
+            f"RecordMetadata object index is out of bounds; Got index {index}, allowed indices "
+            f"should be in [0, {bound}]"
+        )
+        advice = f"{type(self).__name__}: position {index} is out of range [0, {len(self)})."
+        return IndexError(grain_first(grains, advice))
 
     def _metadata(self, indices: npt.ArrayLike) -> list[RecordMetadata]:
         """Returns the ``RecordMetadata`` of each position in ``indices``, in order."""
@@ -120,9 +133,7 @@ class _Sampler:
                 f"{type(index).__name__})."
             )
         if not 0 <= index < len(self):
-            raise IndexError(
-                f"{type(self).__name__}: position {index} is out of range [0, {len(self)})."
-            )
+            raise self._out_of_range(index)
         return self._metadata(np.array([index], dtype=np.int64))[0]
 
     def __iter__(self) -> Iterator[RecordMetadata]:
@@ -169,7 +180,14 @@ class IndexSampler(_Sampler):
         self._num_epochs = (
             None
             if num_epochs is None
-            else check_positive_int(num_epochs, "IndexSampler: num_epochs")
+            else check_positive_int(
+                num_epochs,
+                "IndexSampler: num_epochs",
+                grains=(
+                    f"Invalid number of epochs in Index Sampler.Got {num_epochs} epochs, but "
+                    "number of epochs must be greater than 0."
+                ),
+            )
         )
 
     def __len__(self) -> int:

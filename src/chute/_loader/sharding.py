@@ -14,7 +14,7 @@ import logging
 import numpy as np
 
 from chute._core.in_place_slice import shard_block
-from chute._core.validate import check_int, check_positive_int
+from chute._core.validate import check_int, check_positive_int, grain_first
 
 __all__ = ["NoSharding", "ShardByJaxProcess", "ShardOptions", "even_split"]
 
@@ -47,12 +47,23 @@ class ShardOptions:
 
     def __post_init__(self) -> None:
         name = type(self).__name__
-        count = check_positive_int(self.shard_count, f"{name}: shard_count")
+        count = check_positive_int(
+            self.shard_count,
+            f"{name}: shard_count",
+            grains=f"Number of shards must be a positive integer but got {self.shard_count}.",
+        )
         index = check_int(self.shard_index, f"{name}: shard_index")
         if not 0 <= index < count:
+            grains = (
+                "Shard shard_index must be in [0, shard_count - 1], shard_count was "
+                f"{count} and shard_index was {index}."
+            )
             raise ValueError(
-                f"{name}: shard_index must be in [0, shard_count) = [0, {count}) "
-                f"(got shard_index={index}); shards are numbered from 0."
+                grain_first(
+                    grains,
+                    f"{name}: shard_index must be in [0, shard_count) = [0, {count}) "
+                    f"(got shard_index={index}); shards are numbered from 0.",
+                )
             )
         if not isinstance(self.drop_remainder, (bool, np.bool_)):
             raise TypeError(

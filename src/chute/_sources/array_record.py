@@ -164,7 +164,10 @@ def _resolve(paths: Any, options: str) -> list[tuple[str, int, int, bool]]:
     single = isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Sequence)
     entries = [e for p in ([paths] if single else paths) for e in _entry(p)]
     if not entries:
-        raise ValueError(f"{_WHAT}: paths is empty; pass at least one file.")
+        raise ValueError(
+            f"Paths sequence can not be of 0 length. chute: {_WHAT}: paths is empty; pass at "
+            "least one file."
+        )
     whole = [f for f, start, _ in entries if start is None]
     with ThreadPoolExecutor(min(32, max(1, len(whole)))) as pool:
         counts = dict(zip(whole, pool.map(lambda f: _count(f, options), whole)))

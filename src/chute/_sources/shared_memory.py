@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._core.validate import grain_first
 from chute._execution import shutdown
 from chute._sources._segment import (
     _WHAT,
@@ -85,8 +86,11 @@ class SharedMemoryDataSource:
         if elements is None:
             if name is None:
                 raise ValueError(
-                    f"{_WHAT} needs elements to store, or name= of an existing segment to "
-                    "attach to (got neither); pass a list of elements."
+                    grain_first(
+                        "Elements or name must be provided.",
+                        f"{_WHAT} needs elements to store, or name= of an existing segment "
+                        "to attach to (got neither); pass a list of elements.",
+                    )
                 )
             segment = _attach(name)
         else:

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from chute._core.validate import grain_first
+
 STAGE = "ConcatThenSplitIterDataset"
 
 
@@ -54,6 +56,18 @@ def _shape(value: Any) -> Any:
         return type(value).__name__
 
 
+def _grain_spec(value: Any) -> str:
+    """A value as Grain's messages show it: its type (a dtype for arrays), then its shape."""
+    if isinstance(value, np.ndarray):
+        kind = str(value.dtype)
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, type(value[0])) for v in value):
+        kind = f"{type(value).__name__}<{type(value[0]).__name__ if value else ''}>"
+    else:
+        kind = type(value).__name__
+    shape = _shape(value)
+    return kind + (str(list(shape)) if isinstance(shape, tuple) else "[unknown shape]")
+
+
 def _shapes(element: Mapping[Any, Any]) -> dict[Any, Any]:
     return {key: _shape(value) for key, value in element.items()}
 
@@ -66,15 +80,26 @@ def to_piece(element: Any, cfg: PackConfig, index: int) -> Piece:
     """
     where = f"{STAGE}: parent element {index}"
     if not isinstance(element, Mapping):
-        raise TypeError(
-            f"{where} is a {type(element).__name__}; it must be a flat dict of arrays "
-            f"with the features {list(cfg.lengths)}."
+        raise ValueError(
+            grain_first(
+                f"Parent elements must be unnested dictionaries but got {_grain_spec(element)}.",
+                f"{where} is a {type(element).__name__}; it must be a flat dict of arrays "
+                f"with the features {list(cfg.lengths)}.",
+            )
         )
     if set(element) != set(cfg.lengths):
+        spec = {key: _grain_spec(value) for key, value in element.items()}
+        grains = (
+            f"Parent element has structure {spec} but target sequence length is "
+            f"{dict(cfg.lengths)}. There must be a sequence length for each feature."
+        )
         raise ValueError(
-            f"{where} has the features (with shapes) {_shapes(element)} but length_struct is "
-            f"{cfg.lengths}: every feature needs a target length and every target length "
-            "needs a feature. Drop the other features with .map() first."
+            grain_first(
+                grains,
+                f"{where} has the features (with shapes) {_shapes(element)} but length_struct "
+                f"is {cfg.lengths}: every feature needs a target length and every target "
+                "length needs a feature. Drop the other features with .map() first.",
+            )
         )
     arrays, fixed = {}, set(cfg.meta)
     for key, length in cfg.lengths.items():

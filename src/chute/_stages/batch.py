@@ -10,7 +10,7 @@ import numpy as np
 
 from chute._core import errors, tree
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
-from chute._core.validate import check_callable, check_positive_int
+from chute._core.validate import check_callable, check_positive_int, grain_first
 from chute._stages._origin import function_name
 from chute._stages._pull_log import PullLog
 from chute._stages.next_index import get_next_index, set_next_index
@@ -19,7 +19,7 @@ from chute._stages.next_index import get_next_index, set_next_index
 def _check_args(
     where: str, batch_size: Any, drop_remainder: Any, batch_fn: Any
 ) -> Callable[[Sequence[Any]], Any]:
-    check_positive_int(batch_size, f"{where}: batch_size")
+    check_positive_int(batch_size, f"{where}: batch_size", grains="batch_size must be positive.")
     if not isinstance(drop_remainder, (bool, np.bool_)):
         raise TypeError(f"{where}: drop_remainder must be a bool (got {drop_remainder!r}).")
     if batch_fn is None:
@@ -233,11 +233,17 @@ def batch_and_pad(values: Sequence[Any], *, batch_size: int, pad_value: Any = 0)
     >>> batch_and_pad([np.array([1, 2]), np.array([3, 4])], batch_size=3).tolist()
     [[1, 2], [3, 4], [0, 0]]
     """
-    check_positive_int(batch_size, "batch_and_pad: batch_size")
+    if not len(values):
+        raise ValueError(grain_first("Cannot batch 0 values.", "batch_and_pad got no values."))
+    too_many = f"Cannot batch {len(values)} values to {batch_size}."
+    check_positive_int(batch_size, "batch_and_pad: batch_size", grains=too_many)
     if len(values) > batch_size:
         raise ValueError(
-            f"batch_and_pad: got {len(values)} values for batch_size={batch_size}; "
-            "pass the same batch_size as the batch stage."
+            grain_first(
+                too_many,
+                f"batch_and_pad: got {len(values)} values for batch_size={batch_size}; "
+                "pass the same batch_size as the batch stage.",
+            )
         )
     stacked = tree.stack(values)
     missing = batch_size - len(values)

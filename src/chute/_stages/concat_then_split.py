@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from chute._core.dataset import DatasetIterator, IterDataset
-from chute._core.validate import check_int, check_positive_int
+from chute._core.validate import check_int, check_positive_int, grain_first
 from chute._stages._concat_iter import ConcatThenSplitIterator
 from chute._stages._concat_pack import STAGE, PackConfig
 
@@ -102,7 +102,7 @@ def _unknown(names: frozenset[str], lengths: dict[str, int], what: str) -> None:
 
 
 def _bos(
-    handling: Any, features: Any, token_id: Any, lengths: dict[str, int], meta: frozenset[str]
+    handling: Any, features: Any, token_id: Any, lengths: dict[str, int], meta: Any
 ) -> tuple[frozenset[str], int | None]:
     if not isinstance(handling, BOSHandling):
         raise TypeError(f"{STAGE}: bos_handling must be a BOSHandling member (got {handling!r}).")
@@ -110,23 +110,40 @@ def _bos(
     if token_id is not None:
         token_id = check_int(token_id, f"{STAGE}: bos_token_id")
     if handling is BOSHandling.DO_NOTHING:
-        if names:
+        if names or token_id is not None:
+            grains = (
+                f"bos_handling={handling} indicates that BOS handling is not used. So "
+                "bos_token_id and bos_features should not be set."
+            )
             raise ValueError(
-                f"{STAGE}: bos_features={sorted(names)} needs "
-                "bos_handling=BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS; with DO_NOTHING "
-                "leave bos_features empty."
+                grain_first(
+                    grains,
+                    f"{STAGE}: bos_features={sorted(names)} and bos_token_id={token_id!r} need "
+                    "bos_handling=BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS; with DO_NOTHING "
+                    "leave both unset.",
+                )
             )
         return frozenset(), None
     if token_id is None or not names:
-        raise ValueError(
+        advice = (
             f"{STAGE}: bos_handling={handling} needs both bos_token_id and bos_features "
             f"(got bos_token_id={token_id!r}, bos_features={sorted(names)})."
         )
+        grains = f"bos_token_id must be set if bos_handling is {handling}."
+        raise ValueError(advice if token_id is not None else grain_first(grains, advice))
     _unknown(names, lengths, "bos_features")
-    if names & meta:
+    overlap = names & _names(meta, "meta_features")
+    if overlap:
+        grains = (
+            "bos_features and meta_features should not overlap. bos_features: "
+            f"{features}, meta_features: {meta}"
+        )
         raise ValueError(
-            f"{STAGE}: bos_features and meta_features overlap on {sorted(names & meta)}; "
-            "meta features are never split, so they take no BOS token."
+            grain_first(
+                grains,
+                f"{STAGE}: bos_features and meta_features overlap on {sorted(overlap)}; "
+                "meta features are never split, so they take no BOS token.",
+            )
         )
     return names, token_id
 
@@ -186,7 +203,7 @@ class ConcatThenSplitIterDataset(IterDataset[dict[str, Any]]):
                 f"{STAGE}: split_full_length_features must be a bool "
                 f"(got {split_full_length_features!r})."
             )
-        bos, token = _bos(bos_handling, bos_features, bos_token_id, lengths, meta)
+        bos, token = _bos(bos_handling, bos_features, bos_token_id, lengths, meta_features)
         self._cfg = PackConfig(lengths, meta, bool(split_full_length_features), bos, token)
 
     def __iter__(self) -> DatasetIterator[dict[str, Any]]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.options import MultiprocessingOptions, ReadOptions
-from chute._core.validate import check_int, check_positive_int
+from chute._core.validate import check_int, check_positive_int, grain_first
 from chute._loader.sharding import ShardOptions
 from chute._stages.filter import FilterMapDataset
 
@@ -63,11 +63,18 @@ class ElasticIterator(IterDataset[Any]):
     ) -> None:
         super().__init__(ds)
         _check_arguments(ds, shard_options, read_options, multiprocessing_options)
-        size = check_positive_int(global_batch_size, "ElasticIterator: global_batch_size")
+        size = check_positive_int(  # Grain's batch stage says it for a size < 1
+            global_batch_size,
+            "ElasticIterator: global_batch_size",
+            grains="batch_size must be positive.",
+        )
         if size % shard_options.shard_count:
+            grains = (
+                f"Global batch size {size} is not divisible by shard count "
+                f"{shard_options.shard_count}."
+            )
             raise ValueError(
-                f"ElasticIterator: global_batch_size {size} is not divisible by the shard "
-                f"count {shard_options.shard_count}; every host must read an equal share."
+                grain_first(grains, "every host must read an equal share of each global batch.")
             )
         self._ds, self._global_batch_size, self._shard = ds, size, shard_options
         self._read_options, self._mp_options = read_options, multiprocessing_options
@@ -147,8 +154,11 @@ def _check_arguments(
         node = nodes.pop()
         if isinstance(node, FilterMapDataset):
             raise ValueError(
-                "ElasticIterator does not support `filter`: a filtered element leaves a "
-                "hole in the global batch. Filter before batching on each host instead."
+                grain_first(
+                    "ElasticIterator does not support `filter` transformation.",
+                    "a filtered element leaves a hole in the global batch. Filter before "
+                    "batching on each host instead.",
+                )
             )
         nodes.extend(p for p in node.parents if isinstance(p, MapDataset))
 

@@ -257,8 +257,9 @@ class _InterleaveIterator(DatasetIterator[Any]):
         """The iterator of the one dataset interleaved (Grain's next-index helpers need one)."""
         if self._count != 1:
             raise NotImplementedError(
-                f"{name} is not supported for an interleave of {self._count} datasets (only of "
-                "one); use get_state() and set_state() instead."
+                f"{name} is not supported for InterleaveDatasetIterator with more than one "
+                f"dataset. chute: this is an interleave of {self._count} datasets; use "
+                "get_state() and set_state() instead."
             )
         place = self._places[0] if self._places else None
         if open_it and place is _WAITING:

@@ -39,7 +39,9 @@ class RebatchIterDataset(IterDataset[Any]):
         self, parent: IterDataset[Any], batch_size: int, drop_remainder: bool = False
     ) -> None:
         super().__init__(parent)
-        self._size = check_positive_int(batch_size, "RebatchIterDataset: batch_size")
+        self._size = check_positive_int(
+            batch_size, "RebatchIterDataset: batch_size", grains="batch_size must be positive."
+        )
         if not isinstance(drop_remainder, (bool, np.bool_)):
             raise TypeError(
                 f"RebatchIterDataset: drop_remainder must be a bool (got {drop_remainder!r})."

@@ -64,7 +64,13 @@ class ThreadPrefetchIterDataset(IterDataset[Any]):
         parent = as_iter_dataset(parent, "ThreadPrefetchIterDataset")
         super().__init__(parent)
         self._buffer_size = check_int(
-            prefetch_buffer_size, "ThreadPrefetchIterDataset: prefetch_buffer_size", minimum=0
+            prefetch_buffer_size,
+            "ThreadPrefetchIterDataset: prefetch_buffer_size",
+            minimum=0,
+            grains=(
+                "`prefetch_buffer_size` must be greater than or equal to 0, got "
+                f"{prefetch_buffer_size}."
+            ),
         )
 
     def __iter__(self) -> DatasetIterator[Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from chute._core import errors
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
+from chute._core.validate import grain_first
 
 
 def _check_parents(parents: Any, kinds: tuple[type, ...], where: str) -> tuple[Any, ...]:
@@ -28,7 +29,12 @@ def _check_parents(parents: Any, kinds: tuple[type, ...], where: str) -> tuple[A
             f"{type(parents).__name__})."
         ) from None
     if not parents:
-        raise ValueError(f"{where}: at least one parent must be provided (got none).")
+        raise ValueError(
+            grain_first(
+                "At least one parent must be provided.",
+                f"{where}: at least one parent must be provided (got none).",
+            )
+        )
     names = " or ".join(k.__name__ for k in kinds)
     for i, p in enumerate(parents):
         if not isinstance(p, kinds):
@@ -55,8 +61,11 @@ class ZipMapDataset(MapDataset[Any]):
         lengths = [len(p) for p in parents]
         if len(set(lengths)) != 1:
             raise ValueError(
-                f"ZipMapDataset: all parents must have the same length (got lengths "
-                f"{lengths}). Slice the longer ones first, e.g. ds[:{min(lengths)}]."
+                grain_first(
+                    "All parents must have the same length.",
+                    f"ZipMapDataset: all parents must have the same length (got lengths "
+                    f"{lengths}). Slice the longer ones first, e.g. ds[:{min(lengths)}].",
+                )
             )
         super().__init__(parents)
 
