@@ -5,10 +5,11 @@ local folder or a bucket (``s3://``, ``gs://``, ``az://``: see ``convert_bucket`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from chute._cli import bucket_input, convert_bucket
 from chute._cli.bucket import check_prefix, is_bucket_url
 from chute._cli.bucket import sizes as object_sizes
 from chute._cli.decode import human_size
-from chute._cli.errors import ARRAY_RECORD_MODULE, CliError, need
+from chute._cli.errors import ARRAY_RECORD_MODULE, CliError, need, write_failure
 from chute._cli.manifest import Found, Plan, describe_input, manifest_path, plan, write_manifest
 from chute._cli.readers import FORMATS, READERS, detect_format, notes, resolve_inputs
 from chute._cli.records import SERIALIZERS, encoder
@@ -173,30 +174,59 @@ def _staging(prefix: str) -> str:
     return os.path.join(folder, f".{name}.overwrite")
 
 
-def _write(records: _Progress, prefix: str, args: argparse.Namespace, todo: Plan) -> list[str]:
-    """Writes the shards; with ``--overwrite``, the old ones go only once the new are done."""
+def _unclaim(prefix: str) -> None:
+    """Removes the manifest and the index, which vouch for the shards at ``prefix``."""
+    manifest_path(prefix).unlink(missing_ok=True)
+    Path(prefix + SUFFIX).unlink(missing_ok=True)
+
+
+def _discard(paths: Iterable[str | Path]) -> None:
+    """Removes what a failed run wrote, as far as it can (the run's error is the one to say)."""
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
+def _write(
+    records: _Progress, prefix: str, args: argparse.Namespace, todo: Plan, described: dict[str, Any]
+) -> list[str]:
+    """Writes the shards, then the manifest; with ``--overwrite``, the old shards go only
+    once the new are done.  A failed write leaves no shard under a final name and no
+    manifest or index, and says what failed, why and what to do."""
     replace = todo.action == "replace"
     target = _staging(prefix) if replace else prefix
+    finals = shard_paths(prefix, args.num_shards)
+    published = not replace  # whether the final names may hold this run's shards
     try:
-        for left in shard_sets(target).values() if replace else ():
-            for path in left:  # a killed --overwrite run's: never taken as done
-                os.remove(path)
-        if not replace:
-            manifest_path(prefix).unlink(missing_ok=True)
+        if replace:  # a killed --overwrite run's: never taken as done
+            _discard(f for files in shard_sets(target).values() for f in files)
+        else:
+            _unclaim(prefix)
         written = write_array_record(
             records, target, num_shards=args.num_shards, options=args.options
         )
-        if not replace:
-            return written
-        manifest_path(prefix).unlink(missing_ok=True)
-        finals = shard_paths(prefix, args.num_shards)
-        for new, final in zip(written, finals):
-            os.replace(new, final)
-        for old in todo.stale:
-            os.remove(old)
+        if replace:
+            published = True
+            _unclaim(prefix)
+            for new, final in zip(written, finals):
+                os.replace(new, final)
+            _discard(todo.stale)
+        write_manifest(prefix, described, records.count)
         return finals
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         raise CliError(f"{prefix}: cannot write the shards: {exc}") from None
+    except OSError as exc:
+        staged = [f for files in shard_sets(target).values() for f in files] if replace else []
+        _discard([*staged, f"{manifest_path(prefix)}.tmp"])
+        if published:
+            _discard(finals)
+            _unclaim(prefix)
+        left = (
+            "No shard was left under its final name."
+            if published
+            else f"The old shards at {prefix} are as they were."
+        )
+        raise write_failure(exc, prefix, left) from None
 
 
 def _write_index(shards: list[str], prefix: str) -> None:
@@ -204,6 +234,7 @@ def _write_index(shards: list[str], prefix: str) -> None:
     try:
         write_index(shards, prefix + SUFFIX)
     except (OSError, ValueError) as exc:
+        _discard([prefix + SUFFIX + ".tmp"])
         print(f"note: no index written ({exc}); 'chute index {prefix}' writes it")
 
 
@@ -259,8 +290,7 @@ def run(args: argparse.Namespace) -> int:
         convert_bucket.write_manifest_and_index(prefix, shards, described, records.count)
         _report(f"{fmt} input {args.input}: {records.count} records into", shards, sizes)
         return 0
-    written = _write(records, prefix, args, todo)
-    write_manifest(prefix, described, records.count)
+    written = _write(records, prefix, args, todo, described)
     _write_index(written, prefix)
     _report(f"{fmt} input {args.input}: {records.count} records into", written)
     return 0
