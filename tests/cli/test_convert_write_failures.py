@@ -137,7 +137,7 @@ def test_a_full_disk_at_the_manifest_leaves_no_shard_claimed(
     def no_room(prefix: str, described: object, records: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), f"{prefix}.manifest.json.tmp")
 
-    monkeypatch.setattr("chute._cli.convert.write_manifest", no_room)
+    monkeypatch.setattr("chute._cli.convert_local.write_manifest", no_room)
     status = main(["convert", str(source), str(out / "data"), "--num-shards", "2", "--no-progress"])
     captured = capsys.readouterr()
     assert (status, captured.out) == (2, "")
