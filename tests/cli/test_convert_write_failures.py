@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import chute
 from chute.cli import main
 
 pytest.importorskip("array_record")
@@ -23,7 +24,7 @@ from array_record.python.array_record_module import ArrayRecordWriter
 from chute._sources.array_record import ArrayRecordDataSource
 
 ROWS = 3000  # about 600 KiB of records
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+SRC = str(Path(chute.__file__).resolve().parents[1])  # the chute these tests import
 
 LIMITED = textwrap.dedent(
     """
