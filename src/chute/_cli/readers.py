@@ -132,8 +132,7 @@ def parquet_rows(pf: Any, name: str) -> Iterator[Any]:
     the row group.
     """
     try:
-        for batch in parquet_checks.batches(pf, name, "chute convert"):
-            yield from batch.to_pylist()
+        yield from parquet_checks.rows(pf, name, "chute convert")
     except (OSError, ValueError) as exc:
         raise CliError(str(exc).removeprefix("chute convert: ")) from None
 

@@ -22,11 +22,11 @@ from typing import Any
 
 __all__ = [
     "VERIFY",
-    "batches",
     "corrupt_page",
     "has_page_checksums",
     "is_checksum_error",
     "local_has_page_checksums",
+    "rows",
     "unchecked_note",
     "verified",
 ]
@@ -60,15 +60,28 @@ def corrupt_page(owner: str, path: str, group: int | None, exc: BaseException) -
     )
 
 
-def batches(pf: Any, path: str, owner: str, batch_size: int = 1024) -> Iterator[Any]:
-    """``pf``'s record batches, a row group at a time, a damaged page named by its row group."""
+def rows(pf: Any, path: str, owner: str, batch_size: int = 1024) -> Iterator[dict[str, Any]]:
+    """``pf``'s rows as dicts (``to_pylist``), read a row group at a time.
+
+    A damaged page, or bytes that do not decode, raise an ``OSError`` or a
+    ``ValueError`` that names ``path`` and the row group.
+    """
+    from pyarrow import ArrowException
+
     for group in range(pf.num_row_groups):
-        try:
-            yield from pf.iter_batches(batch_size=batch_size, row_groups=[group])
-        except OSError as exc:
-            if is_checksum_error(exc):
-                raise OSError(corrupt_page(owner, path, group, exc)) from exc
-            raise OSError(f"{owner}: cannot read row group {group} of {path!r}: {exc}") from exc
+        batches = iter(pf.iter_batches(batch_size=batch_size, row_groups=[group]))
+        while True:
+            try:
+                batch = next(batches, None)
+                converted = None if batch is None else batch.to_pylist()
+            except (OSError, ValueError, ArrowException) as exc:
+                if is_checksum_error(exc):
+                    raise OSError(corrupt_page(owner, path, group, exc)) from exc
+                kind = OSError if isinstance(exc, OSError) else ValueError
+                raise kind(f"{owner}: cannot read row group {group} of {path!r}: {exc}") from exc
+            if converted is None:
+                break
+            yield from converted
 
 
 def _varint_end(data: bytes, pos: int) -> int | None:
