@@ -34,7 +34,8 @@ def write_documents(folder: pathlib.Path, files: int = 4, per_file: int = 500) -
         lengths = np.clip(rng.lognormal(3.5, 1.0, per_file).astype(int), 1, 300)
         tokens = [rng.integers(1, 32_000, n).tolist() for n in lengths]
         path = folder / f"documents-{f}.parquet"
-        pq.write_table(pa.table({"tokens": tokens}), path, row_group_size=100)
+        table = pa.table({"tokens": tokens})  # with page checksums, which chute verifies
+        pq.write_table(table, path, row_group_size=100, write_page_checksum=True)
         paths.append(str(path))
     return paths
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import pickle
 import re
 from pathlib import Path
@@ -135,6 +137,24 @@ def test_failed_uploads_leave_no_shard_and_say_so_and_a_rerun_completes(
     store.proxy.configure()
     convert(capsys, source, store.url("out/train"), "--num-shards", 3)
     assert len(ArrayRecordDataSource(store.url("out/train.chute-index"))) == 10
+
+
+def test_a_full_local_disk_leaves_the_bucket_as_it_was_and_names_tmpdir(
+    s3, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    def full(self: object, record: bytes) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    source = write_rows(tmp_path / "rows.jsonl", ROWS)
+    monkeypatch.setattr(ArrayRecordWriter, "write", full)
+    status, out, err = cli(capsys, "convert", source, s3.url("out/train"), "--num-shards", 3)
+    assert (status, out) == (2, "") and err.count("\n") == 1 and "Traceback" not in err
+    assert re.search(r"chute-convert-\w+/shard-00000-of-00003\.array_record: cannot write", err)
+    assert "No space left on device" in err and "set TMPDIR" in err
+    assert "The bucket is as it was." in err
+    assert s3.keys() == []
 
 
 def test_transient_upload_failures_are_retried_into_a_complete_set(

@@ -111,6 +111,24 @@ def test_opening_and_reading_a_row_group_take_few_requests(s3: Any, tmp_path: Pa
     assert s3.proxy.requests == 1  # one GET for all of a row group's column chunks
 
 
+def test_a_damaged_page_of_a_checksummed_object_raises_naming_url_and_row_group(
+    store: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "checked.parquet"
+    table = pa.table({"x": np.arange(ROWS), "s": [f"row-{i}" for i in range(ROWS)]})
+    pq.write_table(table, path, row_group_size=400, write_page_checksum=True)
+    chunk = pq.read_metadata(path).row_group(1).column(0)  # x of rows 400-799
+    data = bytearray(path.read_bytes())
+    data[chunk.data_page_offset + chunk.total_compressed_size - 8] ^= 0xFF
+    url = store.put("pq/checked.parquet", bytes(data))
+    source = ParquetDataSource(url)
+    assert int(source[5]["x"]) == 5
+    with pytest.raises(OSError, match=f"row group 1 of '{url}' is damaged: a page's checksum"):
+        source[450]
+    with pytest.raises(OSError, match=f"ParquetIterDataset: row group 1 of '{url}' is damaged"):
+        list(ParquetIterDataset(url))
+
+
 def test_a_missing_object_raises_at_once_naming_its_url(store: Any) -> None:
     url = store.url("pq/missing.parquet")
     for build in (ParquetDataSource, lambda u: next(iter(ParquetIterDataset(u)))):

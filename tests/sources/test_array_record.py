@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import pickle
 import sys
@@ -118,6 +119,22 @@ def test_a_failed_write_leaves_no_shard_behind(tmp_path: Path) -> None:
     assert os.listdir(tmp_path / "data") == []
     files = write_array_record(RECORDS, tmp_path / "data" / "x", num_shards=2)
     assert list(ArrayRecordDataSource(files)) == shard_order(RECORDS, 2)
+
+
+def test_a_full_disk_raises_an_oserror_with_its_errno_naming_the_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    def full(self: object, record: bytes) -> None:  # array_record's own words for it
+        raise RuntimeError("write() failed: No space left on device; writing x.tmp; at byte 9")
+
+    monkeypatch.setattr(ArrayRecordWriter, "write", full)
+    with pytest.raises(OSError, match="No space left on device") as caught:
+        write_array_record(RECORDS, tmp_path / "x", num_shards=2)
+    assert caught.value.errno == errno.ENOSPC
+    assert caught.value.filename == str(tmp_path / "x-00000-of-00002.array_record")
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_rerun_after_success_writes_nothing(three_shards: list[str]) -> None:

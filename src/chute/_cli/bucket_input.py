@@ -19,7 +19,7 @@ from typing import Any
 from chute._cli.bucket import bucket_error, listed
 from chute._cli.errors import CliError
 from chute._cli.manifest import describe_listing
-from chute._cli.readers import json_rows
+from chute._cli.readers import json_rows, parquet_rows
 
 __all__ = ["describe", "detect", "read", "resolve"]
 
@@ -100,9 +100,8 @@ def _parquet(urls: list[str]) -> tuple[Iterator[Any], int | None]:
     total = sum(f.metadata.num_rows for f in files)
 
     def rows() -> Iterator[Any]:
-        for f in files:
-            for batch in f.iter_batches(batch_size=1024):
-                yield from batch.to_pylist()
+        for url, f in zip(urls, files):
+            yield from parquet_rows(f, url)
 
     return rows(), total
 

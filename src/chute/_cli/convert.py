@@ -1,6 +1,7 @@
 """``chute convert``: rows of Parquet, JSONL, NumPy, images, TFRecord or a Hugging
 Face dataset into ArrayRecord shards (the record format is in ``chute.cli``), in a
-local folder or a bucket (``s3://``, ``gs://``, ``az://``: see ``convert_bucket``)."""
+local folder (see ``convert_local``: the order of the writes, and what a failed write
+leaves) or a bucket (``s3://``, ``gs://``, ``az://``: see ``convert_bucket``)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,17 @@ import importlib
 import itertools
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from chute._cli import bucket_input, convert_bucket
+from chute._cli import bucket_input, convert_bucket, convert_local
 from chute._cli.bucket import check_prefix, is_bucket_url
 from chute._cli.bucket import sizes as object_sizes
 from chute._cli.decode import human_size
 from chute._cli.errors import ARRAY_RECORD_MODULE, CliError, need
-from chute._cli.manifest import Found, Plan, describe_input, manifest_path, plan, write_manifest
+from chute._cli.manifest import Found, describe_input, plan
 from chute._cli.readers import FORMATS, READERS, detect_format, notes, resolve_inputs
 from chute._cli.records import SERIALIZERS, encoder
-from chute._sources.array_record_index import SUFFIX, write_index
-from chute._sources.array_record_paths import shard_sets
-from chute._sources.array_record_writer import write_array_record
+from chute._sources.array_record_index import SUFFIX
 
 __all__ = ["register", "run", "shard_paths"]
 
@@ -95,30 +93,6 @@ def shard_paths(prefix: str, num_shards: int) -> list[str]:
     return [f"{prefix}-{i:05d}-of-{num_shards:05d}.array_record" for i in range(num_shards)]
 
 
-def _check_output(prefix: str) -> str:
-    """``prefix`` once its folder exists and is writable, else a ``CliError``."""
-    path = Path(prefix)
-    if prefix.endswith(("/", os.sep)) or path.is_dir():
-        raise CliError(
-            f"{prefix}: OUTPUT_PREFIX is a folder; give a file-name prefix inside it, "
-            f"e.g. {path / 'data'}"
-        )
-    folder = path.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CliError(
-            f"{folder}: cannot create the output folder ({exc.strerror}); "
-            "choose an OUTPUT_PREFIX in a writable folder"
-        ) from None
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise CliError(
-            f"{folder}: the output folder is not writable; choose another OUTPUT_PREFIX "
-            "or fix the folder's permissions"
-        )
-    return str(path)
-
-
 class _Progress:
     """Iterates over ``records``, counting them, with a tqdm bar on stderr.
 
@@ -167,46 +141,6 @@ def _check_shard_count(total: int | None, num_shards: int, source: str) -> None:
         )
 
 
-def _staging(prefix: str) -> str:
-    """Where ``--overwrite`` writes the new shards before they replace the old ones."""
-    folder, name = os.path.split(prefix)
-    return os.path.join(folder, f".{name}.overwrite")
-
-
-def _write(records: _Progress, prefix: str, args: argparse.Namespace, todo: Plan) -> list[str]:
-    """Writes the shards; with ``--overwrite``, the old ones go only once the new are done."""
-    replace = todo.action == "replace"
-    target = _staging(prefix) if replace else prefix
-    try:
-        for left in shard_sets(target).values() if replace else ():
-            for path in left:  # a killed --overwrite run's: never taken as done
-                os.remove(path)
-        if not replace:
-            manifest_path(prefix).unlink(missing_ok=True)
-        written = write_array_record(
-            records, target, num_shards=args.num_shards, options=args.options
-        )
-        if not replace:
-            return written
-        manifest_path(prefix).unlink(missing_ok=True)
-        finals = shard_paths(prefix, args.num_shards)
-        for new, final in zip(written, finals):
-            os.replace(new, final)
-        for old in todo.stale:
-            os.remove(old)
-        return finals
-    except (OSError, ValueError) as exc:
-        raise CliError(f"{prefix}: cannot write the shards: {exc}") from None
-
-
-def _write_index(shards: list[str], prefix: str) -> None:
-    """The index that opens the set in bounded memory (``ArrayRecordDataSource(index)``)."""
-    try:
-        write_index(shards, prefix + SUFFIX)
-    except (OSError, ValueError) as exc:
-        print(f"note: no index written ({exc}); 'chute index {prefix}' writes it")
-
-
 def _report(lead: str, shards: list[str], sizes: list[int] | None = None) -> None:
     """The shards and their total size; each one's size too for a bucket's (``sizes``)."""
     each = sizes if sizes is not None else [os.path.getsize(p) for p in shards]
@@ -226,7 +160,11 @@ def run(args: argparse.Namespace) -> int:
         paths = resolve_inputs(args.input)
         fmt = detect_format(paths, args.format)
     remote = is_bucket_url(args.output_prefix)
-    prefix = check_prefix(args.output_prefix) if remote else _check_output(args.output_prefix)
+    prefix = (
+        check_prefix(args.output_prefix)
+        if remote
+        else convert_local.check_output(args.output_prefix)
+    )
     shards = shard_paths(prefix, args.num_shards)
     described = (
         bucket_input.describe(urls, fmt, args) if from_bucket else describe_input(paths, fmt, args)
@@ -241,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         if not remote:
             _report(f"{lead}, found", shards)
             if not os.path.exists(prefix + SUFFIX):  # a run that died before its index
-                _write_index(shards, prefix)
+                convert_local.write_index_or_note(shards, prefix)
             return 0
         _report(f"{lead}, found", shards, object_sizes(shards))
         convert_bucket.index_if_missing(prefix, shards, listed)
@@ -259,8 +197,7 @@ def run(args: argparse.Namespace) -> int:
         convert_bucket.write_manifest_and_index(prefix, shards, described, records.count)
         _report(f"{fmt} input {args.input}: {records.count} records into", shards, sizes)
         return 0
-    written = _write(records, prefix, args, todo)
-    write_manifest(prefix, described, records.count)
-    _write_index(written, prefix)
+    written = convert_local.write_shards(records, prefix, shards, args, todo, described)
+    convert_local.write_index_or_note(written, prefix)
     _report(f"{fmt} input {args.input}: {records.count} records into", written)
     return 0

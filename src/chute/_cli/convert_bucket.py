@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from chute._cli.bucket import bucket_error, listed, read_json, shard_sets_in
-from chute._cli.errors import CliError
+from chute._cli.errors import CliError, write_failure
 from chute._cli.manifest import Found, Plan, manifest_bytes
 from chute._remote.write import delete_object, upload_file, write_object
 from chute._sources.array_record_index import SUFFIX, write_index
@@ -51,6 +51,10 @@ from chute._sources.array_record_writer import write_array_record
 __all__ = ["found_in_bucket", "index_if_missing", "write_manifest_and_index", "write_shards"]
 
 _UPLOADS_AT_ONCE = 8
+_LOCAL_ROOM = (
+    "the shards are converted in a local temporary folder before the upload: set TMPDIR "
+    "to a folder on a disk with room for them"
+)
 
 
 def _manifest_url(prefix: str) -> str:
@@ -110,8 +114,11 @@ def write_shards(
                 num_shards=args.num_shards,
                 options=args.options,
             )
-        except (OSError, ValueError) as exc:
+        except ValueError as exc:
             raise CliError(f"{prefix}: cannot write the shards: {exc}") from None
+        except OSError as exc:  # step 1 failed: nothing is in the bucket
+            name = os.path.join(folder, "shard")
+            raise write_failure(exc, name, "The bucket is as it was.", _LOCAL_ROOM) from None
         sizes = [os.path.getsize(path) for path in local]
         _delete(url for url in (prefix + SUFFIX, _manifest_url(prefix)) if url in listed)
         _upload(list(zip(local, finals)))

@@ -21,6 +21,7 @@ from chute._cli.decode import describe, human_size, show
 from chute._cli.errors import ARRAY_RECORD_MODULE, CliError, need
 from chute._cli.inspect_indexed import is_indexed, read_indexed
 from chute._cli.readers import READERS, detect_format
+from chute._sources import parquet_checks
 from chute._sources.array_record_paths import shard_sets, shard_sets_text
 
 __all__ = ["register", "resolve", "run"]
@@ -238,4 +239,22 @@ def run(args: argparse.Namespace) -> int:
     else:
         summary = _rows(files, fmt, args.num_records, args.trust_pickle)
     _print(args.path, files, summary, args.max_chars, [_size(path) for path in files])
+    if fmt == "parquet":
+        _note_unchecked(files)
     return 0
+
+
+def _note_unchecked(files: list[Path]) -> None:
+    """Says once which Parquet files carry no page checksums, so their damage goes unseen."""
+    pq = need("pyarrow.parquet", "reading Parquet", "pyarrow")
+    unchecked = []
+    for path in files:
+        try:
+            found = parquet_checks.local_has_page_checksums(str(path), pq.read_metadata(path))
+        except _READ_ERRORS as exc:
+            raise CliError(f"{path}: not a readable Parquet file ({exc}); check the file") from None
+        if found is False:
+            unchecked.append(str(path))
+    note = parquet_checks.unchecked_note(unchecked, len(files))
+    if note is not None:
+        print(note)

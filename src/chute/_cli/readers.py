@@ -18,8 +18,9 @@ import numpy as np
 
 from chute._cli import images
 from chute._cli.errors import CliError, need
+from chute._sources import parquet_checks
 
-__all__ = ["FORMATS", "READERS", "detect_format", "notes", "resolve_inputs"]
+__all__ = ["FORMATS", "READERS", "detect_format", "notes", "parquet_rows", "resolve_inputs"]
 
 FORMATS = ("parquet", "jsonl", "npy", "npz", "images", "tfrecord", "huggingface")
 _SUFFIXES = {
@@ -118,10 +119,22 @@ def _parquet(paths: list[Path]) -> tuple[Iterator[Any], int | None]:
     def rows() -> Iterator[Any]:
         for path in paths:
             with _reading(path, "Parquet"):
-                for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-                    yield from batch.to_pylist()
+                pf = pq.ParquetFile(path, **parquet_checks.verified({}))
+            yield from parquet_rows(pf, str(path))
 
     return rows(), total
+
+
+def parquet_rows(pf: Any, name: str) -> Iterator[Any]:
+    """The rows of an open ``ParquetFile`` as dicts, its page checksums verified.
+
+    A damaged page or an unreadable row group is a ``CliError`` naming the file and
+    the row group.
+    """
+    try:
+        yield from parquet_checks.rows(pf, name, "chute convert")
+    except (OSError, ValueError) as exc:
+        raise CliError(str(exc).removeprefix("chute convert: ")) from None
 
 
 def json_rows(lines: Iterable[bytes], name: object) -> Iterator[Any]:

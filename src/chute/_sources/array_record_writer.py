@@ -4,15 +4,18 @@ Each shard is written under a temporary name (the final name plus ``.tmp``),
 flushed to disk, and renamed to its final name only once every shard is
 complete.  A run that fails (the iterable raises, the disk fills up, the
 process dies) therefore never leaves a half-written file under a final name;
-the next run overwrites its temporary files.  A run whose final files all
+the next run overwrites its temporary files.  A failure to write (a full disk,
+a file size limit) raises an ``OSError`` with the system's errno
+(``errno.ENOSPC``, ``errno.EFBIG``, ...) whose ``filename`` is the shard's final
+name; the temporary files are removed.  A run whose final files all
 exist already writes nothing, so a conversion script can simply be run again.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import ExitStack
 from typing import Any
 
 from chute._core.validate import check_int
@@ -20,6 +23,7 @@ from chute._core.validate import check_int
 __all__ = ["write_array_record"]
 
 _WHAT = "write_array_record"
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EIO)
 
 
 def _writer_class() -> Any:
@@ -79,12 +83,25 @@ def _sync(path: str) -> None:
         os.close(fd)
 
 
-def _write_shards(
-    records: Iterator[Any], temps: list[str], options: str, encode: Callable[[Any, int], bytes]
-) -> None:
+def _write_error(exc: Exception, temp: str) -> OSError:
+    """``exc``, a failure to write ``temp``, as an ``OSError`` with its errno, naming the shard.
+
+    array_record's writer raises a ``RuntimeError`` whose text holds the system's
+    ``strerror`` (``write() failed: No space left on device; ...``); its errno is the
+    one whose ``os.strerror`` the text holds.
+    """
+    final = temp.removesuffix(".tmp")
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return OSError(exc.errno, exc.strerror or str(exc), final)
+    code = next((c for c in _WRITE_ERRNOS if os.strerror(c) in str(exc)), None)
+    return OSError(code, str(exc) if code is None else os.strerror(code), final)
+
+
+def _open_writers(temps: list[str], options: str) -> list[Any]:
+    """One array_record writer per temporary file; none is left open if one fails."""
     cls = _writer_class()
-    with ExitStack() as stack:
-        writers = []
+    writers: list[Any] = []
+    try:
         for temp in temps:
             try:
                 writer = cls(temp, options)
@@ -95,14 +112,53 @@ def _write_shards(
                     writer.close()
                 except RuntimeError as exc:
                     raise OSError(f"{_WHAT}: cannot create {temp!r}: {exc}") from exc
-            stack.callback(writer.close)
-            writers.append(writer.write)
+            writers.append(writer)
+    except BaseException:
+        _close_quietly(writers)
+        raise
+    return writers
+
+
+def _close_quietly(writers: list[Any]) -> None:
+    """Closes ``writers`` after a failure, whose error is the one to report."""
+    for writer in writers:
+        try:
+            writer.close()
+        except (RuntimeError, OSError):
+            pass
+
+
+def _write_shards(
+    records: Iterator[Any], temps: list[str], options: str, encode: Callable[[Any, int], bytes]
+) -> None:
+    """Writes the records round robin into ``temps``, closes and syncs them.
+
+    A failure to write (a full disk, a file size limit) raises an ``OSError`` with
+    its errno that names the shard (``_write_error``).
+    """
+    writers = _open_writers(temps, options)
+    closed = 0
+    try:
         n = len(writers)
         for k, record in enumerate(records):
-            writers[k % n](encode(record, k))
-        stack.close()  # closing flushes; its errors (a full disk) raise here
+            data = encode(record, k)
+            try:
+                writers[k % n].write(data)
+            except (RuntimeError, OSError) as exc:
+                raise _write_error(exc, temps[k % n]) from exc
+        for temp, writer in zip(temps, writers):
+            closed += 1
+            try:
+                writer.close()  # closing flushes; a full disk often shows here
+            except (RuntimeError, OSError) as exc:
+                raise _write_error(exc, temp) from exc
+    finally:
+        _close_quietly(writers[closed:])
     for temp in temps:
-        _sync(temp)
+        try:
+            _sync(temp)
+        except OSError as exc:
+            raise _write_error(exc, temp) from exc
 
 
 def write_array_record(

@@ -68,10 +68,15 @@ class ParquetDataSource:
             lacks one of ``columns``; the message names the file.
         SourceChangedError: when read, an object in a bucket is not the version
             the source was built on.
+        OSError: when read, a page whose checksum does not match its bytes (a
+            damaged file); the message names the file and the row group.  Page
+            checksums are verified unless ``page_checksum_verification=False``
+            (see ``chute._sources.parquet_checks``).
 
     >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
     >>> path = os.path.join(tempfile.mkdtemp(), "rows.parquet")
-    >>> pq.write_table(pa.table({"x": [1, 2, 3]}), path, row_group_size=2)
+    >>> table = pa.table({"x": [1, 2, 3]})
+    >>> pq.write_table(table, path, row_group_size=2, write_page_checksum=True)
     >>> source = ParquetDataSource(path)
     >>> len(source), [int(row["x"]) for row in source.__getitems__([2, 0])]
     (3, [3, 1])

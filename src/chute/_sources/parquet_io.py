@@ -28,6 +28,10 @@ the dict of its values, column name to value: NumPy scalars for numbers,
 dates and times, ``str`` and ``bytes``, NumPy arrays for lists, dicts for
 structs, ``None`` for nulls (``nan``/``NaT`` in number and time columns that
 hold nulls in that row group).
+
+**Checksums.**  Files are opened with ``page_checksum_verification=True`` (unless the
+keyword says otherwise), so the pages of a file written with checksums are checked as
+they are read (``chute._sources.parquet_checks``).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from chute._core.errors import SourceChangedError
 from chute._remote.backends import is_obstore
 from chute._remote.retry import RetryBudgetExceeded
 from chute._remote.source import is_remote_url
+from chute._sources import parquet_checks
 
 
 def pyarrow_parquet() -> ModuleType:
@@ -148,7 +153,7 @@ def open_file(path: str, kwargs: dict[str, Any], owner: str) -> Any:
     pq = pyarrow_parquet()
     try:
         source, kwargs = _resolve(path, kwargs, owner)
-        pf = pq.ParquetFile(source, **kwargs)
+        pf = pq.ParquetFile(source, **parquet_checks.verified(kwargs))
         if not isinstance(source, str):  # chute's RangedFile: read_group prefetches through it
             pf._chute_file = source
         return pf
@@ -182,19 +187,29 @@ def read_group(
 ) -> tuple[list[str], list[np.ndarray], int]:
     """Column names and NumPy columns of one row group, as Grain converts them.
 
-    Also returns the row group's size in memory as Arrow data, in bytes.
+    Also returns the row group's size in memory as Arrow data, in bytes.  A page
+    whose checksum does not match raises an ``OSError`` saying so; bytes that do not
+    decode (a damaged file without checksums) raise as pyarrow's kind, or a ``ValueError``.
     """
+    from pyarrow import ArrowException
+
     file = getattr(pf, "_chute_file", None)
     try:
         if file is not None:
             file.prefetch(group_ranges(pf.metadata.row_group(group), columns))
         table = pf.read_row_group(group, columns=None if columns is None else list(columns))
-    except (OSError, ValueError) as exc:
-        reraise(exc, f"{owner}: cannot read row group {group} of {path!r}: {exc}")
+        converted = [column.to_numpy() for column in table.columns]
+    except (OSError, ValueError, ArrowException) as exc:
+        message = f"{owner}: cannot read row group {group} of {path!r}: {exc}"
+        if parquet_checks.is_checksum_error(exc):
+            message = parquet_checks.corrupt_page(owner, path, group, exc)
+        if not isinstance(exc, (OSError, ValueError)):  # pyarrow's own kind
+            raise ValueError(message) from exc
+        reraise(exc, message)
     finally:
         if file is not None:
             file.forget()
-    return table.column_names, [column.to_numpy() for column in table.columns], table.nbytes
+    return table.column_names, converted, table.nbytes
 
 
 def group_ranges(meta: Any, columns: Sequence[str] | None) -> list[tuple[int, int]]:

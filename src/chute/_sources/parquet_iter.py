@@ -43,7 +43,9 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
         ImportError: pyarrow is not installed (``pip install chute[parquet]``).
         TypeError, ValueError: a bad path, an empty list of paths, or a
             keyword that ``ParquetFile`` does not take.  Files are opened when
-            read; a missing or broken file raises then, naming the file.
+            read; a missing or broken file raises then, naming the file, and a
+            page whose checksum does not match raises an ``OSError`` naming the
+            file and the row group (``chute._sources.parquet_checks``).
 
     >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
     >>> path = os.path.join(tempfile.mkdtemp(), "rows.parquet")
