@@ -52,11 +52,13 @@ _ITER_BLOCK = 1024
 
 
 def _unchanged(shard: IndexedShard, source: Any) -> bool:
-    """Whether a shard is as the index saw it: size and mtime, or size and ETag in a bucket."""
-    version = str(source.version)
+    """Whether a shard is as the index saw it: size and mtime, or size and ETag in a bucket
+    (size alone where the store reported no version when the index was written)."""
     if is_url(shard.path):
-        return bool(source.size() == shard.size and (not shard.version or version == shard.version))
-    return version == f"{shard.mtime_ns}-{shard.size}"  # LocalRanges: as the index saw the file
+        now = source.version
+        same = not shard.version or (now is not None and str(now) == shard.version)
+        return bool(source.size() == shard.size and same)
+    return bool(source.version == f"{shard.mtime_ns}-{shard.size}")  # LocalRanges, as indexed
 
 
 class IndexedArrayRecordDataSource(ArrayRecordDataSource):
