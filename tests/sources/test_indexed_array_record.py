@@ -163,3 +163,27 @@ def test_a_checkpoint_crosses_between_files_and_index(indexed: tuple[list[str], 
     resumed = iter(pipeline(index))
     resumed.set_state(it.get_state())
     assert head + list(resumed) == list(pipeline(files))
+
+
+def test_closing_or_dropping_a_source_stops_its_threads(tmp_path: Path) -> None:
+    import gc
+    import threading
+
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    fs, bucket = MemoryFileSystem(), f"s3://threads-{tmp_path.name}"
+    for f in make_set(tmp_path, shards=4, records=50):
+        fs.pipe(f"{bucket[5:]}/{Path(f).name}", Path(f).read_bytes())
+    before = set(threading.enumerate())
+    for _ in range(3):
+        source = ArrayRecordDataSource(f"{bucket}/train-*", filesystem=fs)
+        assert len(source.__getitems__([0, 50, 100, 150])) == 4  # 4 shards, read at once
+        assert any(t.name.startswith("chute-shards") for t in threading.enumerate())
+        source.close()
+        assert set(threading.enumerate()) <= before
+    assert source[60] == source.__getitems__([0, 60])[1]  # reads again after close()
+    del source
+    gc.collect()
+    for thread in set(threading.enumerate()) - before:  # told to stop: they end
+        thread.join(timeout=30)
+    assert set(threading.enumerate()) <= before

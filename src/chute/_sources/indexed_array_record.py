@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -97,6 +98,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         self._remote = any(is_url(s.path) for s in self._index.shards)
         self._threads: DaemonPool | None = None
         self._threads_pid = -1
+        self._stop_threads: Any = None  # a weakref.finalize that stops them
         self._closed_retries = 0  # of the shards' sources this process has closed
         self._pins: collections.Counter[int] = collections.Counter()  # reads under way
         # The chunk offsets a shard in a bucket needs, fetched with one request, kept
@@ -249,10 +251,14 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         mark_origin(exc, Origin(index=index, file=self._entries[k][0], record=record))
 
     def _pool(self) -> DaemonPool:
-        if self._threads is None or self._threads_pid != os.getpid():
-            self._threads = DaemonPool(SHARDS_AT_ONCE, thread_name_prefix="chute-shards")
-            self._threads_pid = os.getpid()
-        return self._threads
+        """The threads that read shards at once, started on first use in each process;
+        ``close()`` stops them, as does collecting the source."""
+        with self._lock:
+            if self._threads is None or self._threads_pid != os.getpid():
+                pool = DaemonPool(SHARDS_AT_ONCE, thread_name_prefix="chute-shards")
+                self._threads, self._threads_pid = pool, os.getpid()
+                self._stop_threads = weakref.finalize(self, pool.shutdown)  # not self's
+            return self._threads
 
     def _read(self, k: int, positions: Any) -> list[bytes]:
         """Records ``positions`` of shard ``k``; its reader stays open while it reads."""
@@ -313,10 +319,15 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             yield from self.__getitems__(np.arange(begin, min(begin + _ITER_BLOCK, self._len)))
 
     def close(self) -> None:
-        """Closes the shards open in this process; a later read opens them again."""
+        """Closes the shards open in this process and stops its threads; a later read
+        opens them again."""
         with self._lock:
             readers, self._open = list(self._open.values()), collections.OrderedDict()
             self._closed_retries += sum(r._source.retries for r in readers)  # type: ignore[attr-defined]
+            pool, self._threads = self._threads, None
+        if pool is not None and self._threads_pid == os.getpid():
+            self._stop_threads.detach()
+            pool.shutdown(wait=True)  # idle: no read runs while the source closes
         if self._pid == os.getpid():
             for reader in readers:
                 reader._source.close()  # type: ignore[attr-defined]
