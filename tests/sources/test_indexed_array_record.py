@@ -187,3 +187,36 @@ def test_closing_or_dropping_a_source_stops_its_threads(tmp_path: Path) -> None:
     for thread in set(threading.enumerate()) - before:  # told to stop: they end
         thread.join(timeout=30)
     assert set(threading.enumerate()) <= before
+
+
+def test_reading_shards_of_large_chunks_in_order_fetches_each_chunk_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(0)
+    data = [rng.bytes(1000) for _ in range(4000)]  # chunks of 1 MB, above the old 512 KiB
+    files = write_array_record(data, str(tmp_path / "big"), num_shards=2,
+                               options="group_size:1000,uncompressed")  # fmt: skip
+    index = write_index(files, str(tmp_path / "big.chute-index"))
+    asked: list[tuple[int, int]] = []
+
+    class Counting:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def size(self) -> int:
+            return int(self._inner.size())
+
+        def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+            asked.extend(ranges)
+            return list(self._inner.read_ranges(ranges))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+    opened = indexed_array_record.open_ranged
+    monkeypatch.setattr(indexed_array_record, "open_ranged", lambda *a: Counting(opened(*a)))
+    source, expected = ArrayRecordDataSource(index), list(ArrayRecordDataSource(files))
+    for begin in range(0, 4000, 10):  # in order, 10 records a read
+        assert source.__getitems__(range(begin, begin + 10)) == expected[begin : begin + 10]
+    assert len(asked) == 4  # one request per chunk: 2 shards of 2 chunks
+    assert sum(length for _, length in asked) < sum(os.path.getsize(f) for f in files)

@@ -38,6 +38,7 @@ from chute._sources.array_record_index import (
     open_ranged,
     read_index,
 )
+from chute._sources.chunk_cache import ChunkCache
 from chute._sources.protocol import as_index, check_indices, out_of_range
 from chute._sources.ranged_array_record import RangedArrayRecordReader
 from chute._sources.read_together import read_together
@@ -47,7 +48,7 @@ __all__ = ["IndexedArrayRecordDataSource"]
 _WHAT = "ArrayRecordDataSource"
 MAX_OPEN = 64  # shards open at once, per process
 SHARDS_AT_ONCE = 64  # shards in a bucket read at once by one batch
-CACHE_BYTES = 32 << 20  # decoded chunks kept, over all open shards
+CACHE_BYTES = 32 << 20  # decoded chunks kept per process, over all shards (see ChunkCache)
 OFFSETS_BYTES = 32 << 20  # chunk offsets of shards in a bucket kept, per process
 _ITER_BLOCK = 1024
 
@@ -94,6 +95,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             collections.OrderedDict()
         )
         self._lock = threading.Lock()
+        self._chunks = ChunkCache(CACHE_BYTES)  # every shard's decoded chunks, this process's
         self._pid = os.getpid()
         self._remote = any(is_url(s.path) for s in self._index.shards)
         self._threads: DaemonPool | None = None
@@ -159,7 +161,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                 f"chute index, or restore the shard."
             )
         reader = RangedArrayRecordReader(
-            source, cache_bytes=CACHE_BYTES // MAX_OPEN, footer=self._footer(k)
+            source, footer=self._footer(k), cache=self._chunks, cache_key=k
         )
         with self._lock:
             if k in self._open:  # another thread opened it meanwhile: use that one
@@ -180,6 +182,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             old = self._open.pop(k)
             self._closed_retries += old._source.retries  # type: ignore[attr-defined]
             old._source.close()  # type: ignore[attr-defined]
+            old.release_cache()  # its chunks stay cached while they fit
 
     def _footer(self, k: int) -> Footer:
         """Shard ``k``'s chunk offsets: lazy for a local index, kept for one in a bucket."""
@@ -331,6 +334,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         if self._pid == os.getpid():
             for reader in readers:
                 reader._source.close()  # type: ignore[attr-defined]
+            self._chunks.clear()
 
     def __repr__(self) -> str:
         where = f"index={self._index_path!r}" if self._index_path else f"paths={self.paths[0]!r}..."
