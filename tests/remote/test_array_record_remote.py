@@ -254,3 +254,45 @@ def test_retries_in_worker_processes_reach_the_statistics(s3: Any, tmp_path: Pat
     # count one retry fewer than the proxy injected; where it goes is not known yet.)
     assert source.where == "workers" and source.retries > 0
     assert source.retries + (remote.retries or 0) <= s3.proxy.injected
+
+
+def memory_set(tmp_path: Path) -> tuple[Any, str, list[str], list[str]]:
+    """A set in fsspec's memory filesystem, which reports neither ETag nor mtime: the
+    filesystem, the bucket's URL, the shards' URLs and the local shards."""
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    fs, bucket = MemoryFileSystem(), f"s3://mem-{tmp_path.name}"
+    data = [b"rec%05d:" % i + b"z" * (i % 300) for i in range(1200)]
+    files = write_array_record(data, str(tmp_path / "train"), num_shards=4)
+    urls = [f"{bucket}/{Path(f).name}" for f in files]
+    for url, f in zip(urls, files):
+        fs.pipe(url.removeprefix("s3://"), Path(f).read_bytes())
+    return fs, bucket, urls, files
+
+
+def test_a_filesystem_without_versions_reads_from_an_index_and_a_glob(tmp_path: Path) -> None:
+    fs, bucket, urls, files = memory_set(tmp_path)
+    index = write_index(urls, f"{bucket}/train.chute-index", filesystem=fs)
+    idx = np.random.default_rng(6).integers(0, 1200, 200)
+    expected = ArrayRecordDataSource(files).__getitems__(idx)
+    for spec in (index, f"{bucket}/train-*.array_record"):
+        source = ArrayRecordDataSource(spec, filesystem=fs)
+        assert all(shard.version is None for shard in source.shards)
+        assert source.__getitems__(idx) == expected
+        assert source[1199] == ArrayRecordDataSource(files)[1199]
+
+
+def test_an_index_that_recorded_no_version_as_the_string_none_still_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chute._sources import array_record_index
+
+    fs, bucket, urls, files = memory_set(tmp_path)
+    with monkeypatch.context() as patch:  # as chute wrote it before: str(None)
+        patch.setattr(array_record_index, "_version", str)
+        index = write_index(urls, f"{bucket}/train.chute-index", filesystem=fs)
+    assert fs.cat_file(index.removeprefix("s3://")).count(b'"version": "None"') == 4
+    source = ArrayRecordDataSource(index, filesystem=fs)
+    assert all(shard.version is None for shard in source.shards)
+    idx = np.random.default_rng(7).integers(0, 1200, 100)
+    assert source.__getitems__(idx) == ArrayRecordDataSource(files).__getitems__(idx)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
+from typing import Any
 
 import pytest
 
 from chute import SourceChangedError
 from chute._remote import open_source
+from chute._remote.backends import run_on_io_loop
+from chute._remote.source import RangedSource, read_many
 
 
 @pytest.fixture(params=["s3", "gcs"])
@@ -109,3 +113,75 @@ def test_unknown_scheme_is_rejected() -> None:
         open_source("ftp://host/file")
     with pytest.raises(ValueError, match="does not name an object"):
         open_source("s3://bucket-only")
+
+
+class StalledBackend:
+    """GETs that wait until told to go, except the one at ``fail_at``, which raises a
+    non-transient error once ``batch`` GETs of ``after`` (itself by default) have started."""
+
+    checks_each_read = True
+
+    def __init__(self, fail_at: int | None, batch: int, after: Any = None) -> None:
+        self.fail_at, self.batch, self.after = fail_at, batch, after or self
+        self.started: list[int] = []
+        self.cancelled: list[int] = []
+        self.all_started = asyncio.Event()
+        self.release = asyncio.Event()  # never set while the test waits
+
+    async def head(self) -> tuple[int, str | None]:
+        return 1 << 20, "v1"
+
+    async def get(self, start: int, end: int, version: str | None) -> bytes:
+        self.started.append(start)
+        if len(self.started) == self.batch:
+            self.all_started.set()
+        if start == self.fail_at:
+            await self.after.all_started.wait()
+            raise PermissionError(f"no access to bytes {start}-{end}")
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(start)
+            raise
+        return bytes(end - start)
+
+    def is_changed_error(self, exc: BaseException) -> bool:
+        return False
+
+    def run(self, make: Any) -> Any:
+        return run_on_io_loop(make)
+
+
+def _source(backend: StalledBackend) -> RangedSource:
+    return RangedSource("s3://bucket/key", backend, coalesce=0, known=(1 << 20, "v1"))
+
+
+def _released(*backends: StalledBackend) -> None:
+    async def release() -> None:
+        for backend in backends:
+            backend.release.set()
+
+    run_on_io_loop(release)  # what the old gather left waiting can end
+
+
+def test_a_failed_get_cancels_the_other_gets_of_its_read() -> None:
+    backend = StalledBackend(fail_at=3000, batch=4)
+    try:
+        with pytest.raises(PermissionError, match="denied"):
+            _source(backend).read_ranges([(0, 10), (1000, 10), (2000, 10), (3000, 10)])
+        assert sorted(backend.started) == [0, 1000, 2000, 3000]
+        assert sorted(backend.cancelled) == [0, 1000, 2000]  # before read_ranges returned
+    finally:
+        _released(backend)
+
+
+def test_a_failed_source_cancels_the_other_sources_of_a_batch() -> None:
+    waiting = StalledBackend(None, batch=2)
+    failing = StalledBackend(fail_at=0, batch=1, after=waiting)
+    try:
+        with pytest.raises(PermissionError, match="denied"):
+            read_many([(_source(waiting), [(0, 10), (5000, 10)]), (_source(failing), [(0, 5)])])
+        assert failing.started == [0] and sorted(waiting.started) == [0, 5000]
+        assert sorted(waiting.cancelled) == [0, 5000]
+    finally:
+        _released(failing, waiting)

@@ -40,6 +40,40 @@ def test_a_removed_file_says_so(tmp_path) -> None:  # type: ignore[no-untyped-de
         source[5]
 
 
+def _replaced_after_construction(tmp_path) -> tuple[ArrayRecordDataSource, str]:  # type: ignore[no-untyped-def]
+    """A source of 400 records whose file is then replaced by another of the same size."""
+    (path,) = write_array_record([b"old%03d" % i for i in range(400)], str(tmp_path / "data"))
+    (other,) = write_array_record([b"new%03d" % i for i in range(400)], str(tmp_path / "other"))
+    source = ArrayRecordDataSource(path)
+    assert os.path.getsize(path) == os.path.getsize(other)
+    os.replace(other, path)
+    return source, path
+
+
+@pytest.mark.parametrize("where", ["inline", "mp_prefetch", "data_loader"])
+def test_a_file_replaced_before_the_first_read_raises_in_workers_too(
+    tmp_path,  # type: ignore[no-untyped-def]
+    where: str,
+) -> None:
+    import chute
+
+    source, path = _replaced_after_construction(tmp_path)
+    if where == "inline":
+        read = lambda: source[0]  # noqa: E731
+    elif where == "mp_prefetch":
+        ds = chute.MapDataset.source(source).to_iter_dataset()
+        read = lambda: list(ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=2)))  # noqa: E731
+    else:
+        sampler = chute.SequentialSampler(len(source), chute.NoSharding())
+        loader = chute.DataLoader(data_source=source, sampler=sampler, worker_count=2)
+        read = lambda: list(loader)  # noqa: E731
+    with pytest.raises(ValueError, match="changed since it was opened") as info:
+        read()
+    message = str(info.value)
+    assert path in message and "replaced by another file" in message
+    assert "make a new ArrayRecordDataSource" in message
+
+
 def test_an_unchanged_file_reads_empty_records_as_they_are(tmp_path) -> None:  # type: ignore[no-untyped-def]
     (path,) = write_array_record([b"", b"x", b""], str(tmp_path / "empty"))
     source = ArrayRecordDataSource(path)

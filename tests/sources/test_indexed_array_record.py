@@ -163,3 +163,60 @@ def test_a_checkpoint_crosses_between_files_and_index(indexed: tuple[list[str], 
     resumed = iter(pipeline(index))
     resumed.set_state(it.get_state())
     assert head + list(resumed) == list(pipeline(files))
+
+
+def test_closing_or_dropping_a_source_stops_its_threads(tmp_path: Path) -> None:
+    import gc
+    import threading
+
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    fs, bucket = MemoryFileSystem(), f"s3://threads-{tmp_path.name}"
+    for f in make_set(tmp_path, shards=4, records=50):
+        fs.pipe(f"{bucket[5:]}/{Path(f).name}", Path(f).read_bytes())
+    before = set(threading.enumerate())
+    for _ in range(3):
+        source = ArrayRecordDataSource(f"{bucket}/train-*", filesystem=fs)
+        assert len(source.__getitems__([0, 50, 100, 150])) == 4  # 4 shards, read at once
+        assert any(t.name.startswith("chute-shards") for t in threading.enumerate())
+        source.close()
+        assert set(threading.enumerate()) <= before
+    assert source[60] == source.__getitems__([0, 60])[1]  # reads again after close()
+    del source
+    gc.collect()
+    for thread in set(threading.enumerate()) - before:  # told to stop: they end
+        thread.join(timeout=30)
+    assert set(threading.enumerate()) <= before
+
+
+def test_reading_shards_of_large_chunks_in_order_fetches_each_chunk_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(0)
+    data = [rng.bytes(1000) for _ in range(4000)]  # chunks of 1 MB, above the old 512 KiB
+    files = write_array_record(data, str(tmp_path / "big"), num_shards=2,
+                               options="group_size:1000,uncompressed")  # fmt: skip
+    index = write_index(files, str(tmp_path / "big.chute-index"))
+    asked: list[tuple[int, int]] = []
+
+    class Counting:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def size(self) -> int:
+            return int(self._inner.size())
+
+        def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+            asked.extend(ranges)
+            return list(self._inner.read_ranges(ranges))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+    opened = indexed_array_record.open_ranged
+    monkeypatch.setattr(indexed_array_record, "open_ranged", lambda *a: Counting(opened(*a)))
+    source, expected = ArrayRecordDataSource(index), list(ArrayRecordDataSource(files))
+    for begin in range(0, 4000, 10):  # in order, 10 records a read
+        assert source.__getitems__(range(begin, begin + 10)) == expected[begin : begin + 10]
+    assert len(asked) == 4  # one request per chunk: 2 shards of 2 chunks
+    assert sum(length for _, length in asked) < sum(os.path.getsize(f) for f in files)

@@ -89,6 +89,8 @@ def list_prefix(url: str | os.PathLike[str], *, filesystem: Any = None) -> list[
     client = backends.client_for(scheme, bucket, filesystem)
     if not backends.is_obstore(client):
         found = client.find(f"{bucket}/{folder}" if folder else bucket)
+        root = getattr(client, "root_marker", "")  # "/" for fsspec's memory filesystem
+        found = [p[len(root) :] if root and p.startswith(root) else p for p in found]
         keys = [path.split("/", 1)[1] for path in found if "/" in path]
     else:
         obstore = backends._import_obstore()

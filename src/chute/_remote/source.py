@@ -32,12 +32,14 @@ import asyncio
 import os
 import threading
 import urllib.parse
-from typing import Any
+from collections.abc import Awaitable, Iterable
+from typing import Any, TypeVar
 
 from chute._core.errors import SourceChangedError
 from chute._remote.retry import RetryPolicy, with_retries
 
 REMOTE_SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
+T = TypeVar("T")
 
 
 def is_remote_url(path: str) -> bool:
@@ -181,7 +183,7 @@ class RangedSource:
                 )
             return data
 
-        blobs = await asyncio.gather(*(one(s, e) for s, e in merged))
+        blobs = await gather_or_cancel(one(s, e) for s, e in merged)
         if not backend.checks_each_read and self.version is not None:
             _, now = await self._guard(backend.head(), "HEAD")
             if now != self.version:
@@ -245,9 +247,36 @@ def read_many(requests: list[tuple[RangedSource, list[tuple[int, int]]]]) -> lis
     from chute._remote.backends import run_on_io_loop
 
     async def together() -> list[list[bytes]]:
-        return list(await asyncio.gather(*(s.read_ranges_async(r) for s, r in requests)))
+        return await gather_or_cancel(s.read_ranges_async(r) for s, r in requests)
 
     return run_on_io_loop(together)
+
+
+async def gather_or_cancel(awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """The results of ``awaitables``, run concurrently, in order; the first to fail
+    cancels the others (and their retries) and waits for them to end before it raises.
+
+    ``asyncio.gather`` would raise at once and leave the others running, retrying for up
+    to a policy's deadline, for a batch that has already failed.
+    """
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    failed: list[BaseException] = []
+    try:
+        if tasks:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        done = [t for t in tasks if t.done() and not t.cancelled()]
+        failed = [exc for t in done if (exc := t.exception()) is not None]
+    finally:  # after a failure, or when this call is cancelled: nothing outlives it
+        unfinished = [t for t in tasks if not t.done()]
+        for task in unfinished:
+            task.cancel()
+        if unfinished:
+            await asyncio.wait(unfinished)
+        for task in unfinished:  # retrieved, so that asyncio does not log them
+            _ = task.cancelled() or task.exception()
+    if failed:
+        raise failed[0]
+    return [t.result() for t in tasks]
 
 
 def _merge(spans: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:

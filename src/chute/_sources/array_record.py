@@ -120,13 +120,24 @@ def _in_bucket(paths: Any) -> bool:
     return all(isinstance(p, (str, os.PathLike)) and _URL.match(os.fspath(p)) for p in given)
 
 
-def _fingerprint(path: str) -> tuple[int, int]:
-    """(size, modification time) of a file, to tell whether it changed; (-1, -1) if gone."""
+def _identity(path: str) -> tuple[int, int, int]:
+    """(size, modification time in ns, inode) of a file, to tell whether it changed or was
+    replaced; (-1, -1, -1) if it is gone."""
     try:
         st = os.stat(path)
     except OSError:
-        return (-1, -1)
-    return (st.st_size, st.st_mtime_ns)
+        return (-1, -1, -1)
+    return (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _how_changed(before: tuple[int, int, int], now: tuple[int, int, int]) -> str:
+    """What differs between two identities of a file, in words."""
+    if now[0] < 0:
+        return "now gone"
+    sizes = f"{before[0]} bytes then, {now[0]} bytes now" if now[0] != before[0] else ""
+    if now[2] != before[2]:
+        return "replaced by another file" + (f": {sizes}" if sizes else "")
+    return sizes or f"modified, still {now[0]} bytes"
 
 
 def _count(path: str, options: str) -> int:
@@ -159,8 +170,11 @@ def _entry(path: object) -> list[tuple[str, int | None, int | None]]:
     )
 
 
-def _resolve(paths: Any, options: str) -> list[tuple[str, int, int, bool]]:
-    """``(file, start, stop, sliced)`` for every file, counting the records of whole files."""
+def _resolve(
+    paths: Any, options: str
+) -> tuple[list[tuple[str, int, int, bool]], dict[str, tuple[int, int, int]]]:
+    """``(file, start, stop, sliced)`` for every file, counting the records of whole files,
+    and each file's identity, taken before it is opened to count."""
     single = isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Sequence)
     entries = [e for p in ([paths] if single else paths) for e in _entry(p)]
     if not entries:
@@ -168,6 +182,7 @@ def _resolve(paths: Any, options: str) -> list[tuple[str, int, int, bool]]:
             f"Paths sequence can not be of 0 length. chute: {_WHAT}: paths is empty; pass at "
             "least one file."
         )
+    identity = {f: _identity(f) for f, _, _ in entries}
     whole = [f for f, start, _ in entries if start is None]
     with ThreadPoolExecutor(min(32, max(1, len(whole)))) as pool:
         counts = dict(zip(whole, pool.map(lambda f: _count(f, options), whole)))
@@ -184,7 +199,7 @@ def _resolve(paths: Any, options: str) -> list[tuple[str, int, int, bool]]:
                 "give 0 <= start <= stop."
             )
         out.append((f, start, stop, sliced))
-    return out
+    return out, identity
 
 
 class ArrayRecordDataSource:
@@ -250,10 +265,13 @@ class ArrayRecordDataSource:
         if filesystem is not None:  # a subclass that reads local files only
             raise ValueError(f"{type(self).__name__} reads local files and takes no filesystem=.")
         options = _reader_options(reader_options)
-        entries = _resolve(paths, options)
+        entries, identity = _resolve(paths, options)
         if sum(stop - start for _, start, stop, _ in entries) == 0:
             raise ValueError(f"{_WHAT}: the files hold no records: {[e[0] for e in entries]}.")
         self._entries, self._options = entries, options
+        # Every process (worker processes too) reads the files only while they are the
+        # ones counted here: same size, modification time and inode.
+        self._known: list[tuple[int, int, int] | None] = [identity[e[0]] for e in entries]
         self._setup()
 
     def _setup(self) -> None:
@@ -264,14 +282,14 @@ class ArrayRecordDataSource:
         self._shift = self._ends - lengths - [e[1] for e in self._entries]
         self._lock = threading.Lock()
         self._readers: list[Any] = [None] * len(self._entries)
-        self._opened_as: list[tuple[int, int] | None] = [None] * len(self._entries)
         self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"entries": self._entries, "options": self._options}
+        return {"entries": self._entries, "options": self._options, "identity": self._known}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._entries, self._options = state["entries"], state["options"]
+        self._known = list(state.get("identity") or [None] * len(self._entries))
         self._setup()
 
     def __len__(self) -> int:
@@ -291,7 +309,13 @@ class ArrayRecordDataSource:
 
     def _open_checked(self, k: int) -> Any:
         path, _, stop, _ = self._entries[k]
-        self._opened_as[k] = _fingerprint(path)
+        now = _identity(path)
+        if self._known[k] is None:  # unpickled from a source that recorded none
+            self._known[k] = now
+        elif now != self._known[k]:
+            error = self._changed(k, now, None)
+            mark_origin(error, Origin(file=path))
+            raise error
         reader = _open(path, self._options)
         held = reader.num_records()
         if stop > held:
@@ -347,20 +371,24 @@ class ArrayRecordDataSource:
     def _check_unchanged(self, k: int, positions: list[int]) -> None:
         """Raises if file ``k`` changed since it was opened (its records may not be the same)."""
         path = self._entries[k][0]
-        now = _fingerprint(path)
-        if now == self._opened_as[k]:
+        now = _identity(path)
+        if now == self._known[k]:
             return
-        before = self._opened_as[k]
-        size = f"{before[0]} bytes then, " if before else ""
-        was = f"{size}{now[0]} bytes now" if now[0] >= 0 else "now gone"
-        error = ValueError(
-            f"{_WHAT}: {path!r} changed since it was opened ({was}), so record {positions[0]} "
-            "cannot be read as it was. If the file was replaced on purpose, make a new "
-            f"{_WHAT}; otherwise the file is being written or truncated by another program."
-        )
+        error = self._changed(k, now, positions[0])
         index = positions[0] + int(self._shift[k])
         mark_origin(error, Origin(index=index, file=path, record=positions[0]))
         raise error
+
+    def _changed(self, k: int, now: tuple[int, int, int], record: int | None) -> ValueError:
+        """The error for file ``k``, found ``now`` to differ from what the source opened."""
+        path, before = self._entries[k][0], self._known[k] or now
+        what = f"record {record} cannot be read" if record is not None else "it cannot be read"
+        return ValueError(
+            f"{_WHAT}: {path!r} changed since it was opened when the {_WHAT} was made "
+            f"({_how_changed(before, now)}), so {what} as it was. If the file was replaced "
+            f"on purpose, make a new {_WHAT}; "
+            "otherwise another program is writing, truncating or replacing it."
+        )
 
     def _record_location(self, index: int) -> tuple[str, int]:
         """The file and the record in it of record ``index`` (named in error notes)."""

@@ -146,7 +146,9 @@ class IndexedShard:
     at: int  # where its entries start in both arrays
     chunks: int
     group: int  # records in every chunk but the last, if that is so; else 0
-    version: str = ""  # an object's ETag or generation, for shards in a bucket
+    # An object's ETag or generation, for shards in a bucket; None where the store reports
+    # none (fsspec's memory filesystem), "" for local files (their mtime_ns is recorded).
+    version: str | None = ""
 
 
 @dataclass(frozen=True)
@@ -203,15 +205,17 @@ def is_index(paths: Any) -> bool:
     return isinstance(paths, (str, os.PathLike)) and os.fspath(paths).endswith(SUFFIX)
 
 
-def write_index(files: Sequence[str], path: str) -> str:
+def write_index(files: Sequence[str], path: str, *, filesystem: Any = None) -> str:
     """Writes the index of ``files`` (ArrayRecord shards, in order) to ``path``; returns it.
 
     Each footer is read with chute's own reader; the file is written under a
-    temporary name and renamed, so an index is never seen half-written.
+    temporary name and renamed, so an index is never seen half-written.  With
+    ``filesystem`` (an obstore store or fsspec filesystem), URLs are read and the
+    index is written through it.
     """
     if not files:
         raise ValueError(f"write_index: no files to index for {path!r}.")
-    shards, footers = _footers(files)
+    shards, footers = _footers(files, filesystem)
     starts = [np.asarray(f.starts, np.int64) for f in footers]
     firsts = [np.asarray(f.first_record, np.int64) for f in footers]
     at = sum(len(f.starts) for f in footers)
@@ -225,7 +229,7 @@ def write_index(files: Sequence[str], path: str) -> str:
     if is_url(path):
         from chute._remote import write_object
 
-        write_object(path, parts)  # all or nothing
+        write_object(path, parts, filesystem=filesystem)  # all or nothing
         return path
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as out:
@@ -240,16 +244,22 @@ def _footer_of(f: str, filesystem: Any = None) -> tuple[dict[str, Any], Footer]:
     source = open_ranged(f, filesystem=filesystem)
     try:
         footer = RangedArrayRecordReader(source, cache_bytes=0)._footer
-        size, version = source.size(), str(getattr(source, "version", ""))
+        size, version = source.size(), getattr(source, "version", None)
     finally:
         source.close()
     shard = {
         "path": f, "size": size, "mtime_ns": 0 if is_url(f) else os.stat(f).st_mtime_ns,
-        "version": version if is_url(f) else "", "records": footer.num_records,
+        "version": _version(version) if is_url(f) else "", "records": footer.num_records,
         "options": footer.writer_options, "at": 0, "chunks": len(footer.starts) - 1,
         "group": uniform_group(footer.first_record),
     }  # fmt: skip
     return shard, footer
+
+
+def _version(version: Any) -> str | None:
+    """An object's version as the index records it: a str, or None (JSON null) where the
+    store reports none.  Indexes written before null was used hold the string "None"."""
+    return None if version is None or version == "None" else str(version)
 
 
 def _footers(
@@ -318,6 +328,9 @@ def read_index(path: str, filesystem: Any = None) -> DatasetIndex:
     if size != offset + 16 * entries:
         raise ValueError(f"ArrayRecordDataSource: {path!r} is truncated ({size} bytes).")
     shards = tuple(
-        IndexedShard(**{**s, "path": _resolved(s["path"], path)}) for s in meta["shards"]
+        IndexedShard(
+            **{**s, "path": _resolved(s["path"], path), "version": _version(s.get("version", ""))}
+        )
+        for s in meta["shards"]
     )
     return DatasetIndex(path, shards, file, offset, offset + 8 * entries)

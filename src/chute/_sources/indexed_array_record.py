@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ from chute._sources.array_record_index import (
     open_ranged,
     read_index,
 )
+from chute._sources.chunk_cache import ChunkCache
 from chute._sources.protocol import as_index, check_indices, out_of_range
 from chute._sources.ranged_array_record import RangedArrayRecordReader
 from chute._sources.read_together import read_together
@@ -46,17 +48,19 @@ __all__ = ["IndexedArrayRecordDataSource"]
 _WHAT = "ArrayRecordDataSource"
 MAX_OPEN = 64  # shards open at once, per process
 SHARDS_AT_ONCE = 64  # shards in a bucket read at once by one batch
-CACHE_BYTES = 32 << 20  # decoded chunks kept, over all open shards
+CACHE_BYTES = 32 << 20  # decoded chunks kept per process, over all shards (see ChunkCache)
 OFFSETS_BYTES = 32 << 20  # chunk offsets of shards in a bucket kept, per process
 _ITER_BLOCK = 1024
 
 
 def _unchanged(shard: IndexedShard, source: Any) -> bool:
-    """Whether a shard is as the index saw it: size and mtime, or size and ETag in a bucket."""
-    version = str(source.version)
+    """Whether a shard is as the index saw it: size and mtime, or size and ETag in a bucket
+    (size alone where the store reported no version when the index was written)."""
     if is_url(shard.path):
-        return bool(source.size() == shard.size and (not shard.version or version == shard.version))
-    return version == f"{shard.mtime_ns}-{shard.size}"  # LocalRanges: as the index saw the file
+        now = source.version
+        same = not shard.version or (now is not None and str(now) == shard.version)
+        return bool(source.size() == shard.size and same)
+    return bool(source.version == f"{shard.mtime_ns}-{shard.size}")  # LocalRanges, as indexed
 
 
 class IndexedArrayRecordDataSource(ArrayRecordDataSource):
@@ -91,10 +95,12 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             collections.OrderedDict()
         )
         self._lock = threading.Lock()
+        self._chunks = ChunkCache(CACHE_BYTES)  # every shard's decoded chunks, this process's
         self._pid = os.getpid()
         self._remote = any(is_url(s.path) for s in self._index.shards)
         self._threads: DaemonPool | None = None
         self._threads_pid = -1
+        self._stop_threads: Any = None  # a weakref.finalize that stops them
         self._closed_retries = 0  # of the shards' sources this process has closed
         self._pins: collections.Counter[int] = collections.Counter()  # reads under way
         # The chunk offsets a shard in a bucket needs, fetched with one request, kept
@@ -155,7 +161,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                 f"chute index, or restore the shard."
             )
         reader = RangedArrayRecordReader(
-            source, cache_bytes=CACHE_BYTES // MAX_OPEN, footer=self._footer(k)
+            source, footer=self._footer(k), cache=self._chunks, cache_key=k
         )
         with self._lock:
             if k in self._open:  # another thread opened it meanwhile: use that one
@@ -176,6 +182,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             old = self._open.pop(k)
             self._closed_retries += old._source.retries  # type: ignore[attr-defined]
             old._source.close()  # type: ignore[attr-defined]
+            old.release_cache()  # its chunks stay cached while they fit
 
     def _footer(self, k: int) -> Footer:
         """Shard ``k``'s chunk offsets: lazy for a local index, kept for one in a bucket."""
@@ -247,10 +254,14 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         mark_origin(exc, Origin(index=index, file=self._entries[k][0], record=record))
 
     def _pool(self) -> DaemonPool:
-        if self._threads is None or self._threads_pid != os.getpid():
-            self._threads = DaemonPool(SHARDS_AT_ONCE, thread_name_prefix="chute-shards")
-            self._threads_pid = os.getpid()
-        return self._threads
+        """The threads that read shards at once, started on first use in each process;
+        ``close()`` stops them, as does collecting the source."""
+        with self._lock:
+            if self._threads is None or self._threads_pid != os.getpid():
+                pool = DaemonPool(SHARDS_AT_ONCE, thread_name_prefix="chute-shards")
+                self._threads, self._threads_pid = pool, os.getpid()
+                self._stop_threads = weakref.finalize(self, pool.shutdown)  # not self's
+            return self._threads
 
     def _read(self, k: int, positions: Any) -> list[bytes]:
         """Records ``positions`` of shard ``k``; its reader stays open while it reads."""
@@ -311,13 +322,19 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             yield from self.__getitems__(np.arange(begin, min(begin + _ITER_BLOCK, self._len)))
 
     def close(self) -> None:
-        """Closes the shards open in this process; a later read opens them again."""
+        """Closes the shards open in this process and stops its threads; a later read
+        opens them again."""
         with self._lock:
             readers, self._open = list(self._open.values()), collections.OrderedDict()
             self._closed_retries += sum(r._source.retries for r in readers)  # type: ignore[attr-defined]
+            pool, self._threads = self._threads, None
+        if pool is not None and self._threads_pid == os.getpid():
+            self._stop_threads.detach()
+            pool.shutdown(wait=True)  # idle: no read runs while the source closes
         if self._pid == os.getpid():
             for reader in readers:
                 reader._source.close()  # type: ignore[attr-defined]
+            self._chunks.clear()
 
     def __repr__(self) -> str:
         where = f"index={self._index_path!r}" if self._index_path else f"paths={self.paths[0]!r}..."

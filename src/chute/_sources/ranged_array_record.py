@@ -11,8 +11,11 @@ same code reads a local file (``LocalRanges``) or an object in a bucket.
   merged into as few ranges as possible (chunks at most ``merge_gap_bytes``
   apart join one range, up to ``max_range_bytes`` per range) and fetched in
   **one** ``read_ranges`` call, which a remote source serves concurrently.
-  Each chunk is checked and decompressed once per batch, then kept in a
-  per-reader LRU cache bounded by ``cache_bytes`` of decoded records.
+  Each chunk is checked and decompressed once per batch, then kept in an LRU
+  cache of decoded records (``chunk_cache``): the reader's own, bounded by
+  ``cache_bytes``, or one that the shards of a source share; the chunk a read
+  ended in stays even when it exceeds the bound, so reading a file of large
+  chunks in order fetches each chunk once.
 * **Checks**: every block and chunk header's hash, sizes and decompressed
   lengths (``array_record_format``); the footer's data hash on open.  The
   data hash of record chunks costs about 5 us per 32 bytes in pure Python and
@@ -45,10 +48,8 @@ dominates instead.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import threading
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,7 @@ from chute._sources.array_record_format import (
     DecodedChunk,
     decode_chunks,
 )
+from chute._sources.chunk_cache import Chunk, ChunkCache
 from chute._sources.protocol import check_indices
 from chute._sources.ranged_source import RangedByteSource
 
@@ -68,8 +70,6 @@ __all__ = ["PendingRead", "RangedArrayRecordReader"]
 
 _WHAT = "RangedArrayRecordReader"
 _TAIL = 4 * BLOCK_SIZE
-_ENTRY_OVERHEAD = 200  # bytes counted per cached chunk beyond its records
-_Chunk = tuple[bytes, list[int]]  # a chunk's record values and its record offsets
 
 
 @dataclasses.dataclass
@@ -84,7 +84,7 @@ class PendingRead:
 
     chunk_of: list[int]
     local: list[int]
-    found: dict[int, _Chunk]
+    found: dict[int, Chunk]
     plan: list[tuple[int, int, list[tuple[int, int, int]]]]
 
     @property
@@ -103,13 +103,17 @@ class RangedArrayRecordReader:
 
     Args:
       source: a ``RangedByteSource`` (``LocalRanges(path)``, or an object store's).
-      cache_bytes: bound on the decoded chunks kept between calls (0 keeps none).
+      cache_bytes: bound on the decoded chunks kept between calls (0 keeps none),
+        beyond the chunk the last read ended in.
       max_range_bytes: largest range that merged chunks may form (a bigger chunk
         is read alone, whole).
       merge_gap_bytes: chunks at most this far apart are read as one range.
       verify_data: also check each record chunk's data hash (slow in Python).
       footer: the file's chunk index when it is known already (from a data-set
         index, ``array_record_index``): the file's own footer is then not read.
+      cache: a ``ChunkCache`` shared with other readers (``cache_bytes`` is then
+        not used), in which this file's chunks are ``cache_key``'s.
+      cache_key: what tells this file's chunks apart in a shared ``cache``.
 
     Records come back byte for byte as array_record's ``ArrayRecordReader``
     returns them; files written with ``transpose`` are refused.
@@ -124,6 +128,8 @@ class RangedArrayRecordReader:
         merge_gap_bytes: int = 64 << 10,
         verify_data: bool = False,
         footer: Footer | None = None,
+        cache: ChunkCache | None = None,
+        cache_key: Hashable = 0,
     ) -> None:
         if not isinstance(source, RangedByteSource):
             raise TypeError(
@@ -135,6 +141,7 @@ class RangedArrayRecordReader:
         self._max_range = check_int(max_range_bytes, f"{_WHAT}: max_range_bytes", minimum=1)
         self._gap = check_int(merge_gap_bytes, f"{_WHAT}: merge_gap_bytes", minimum=0)
         self._verify = bool(verify_data)
+        self._shared_cache, self._cache_key = cache, cache_key
         self._source = source
         self._name = str(source)
         self._footer = footer if footer is not None else self._read_footer()
@@ -147,9 +154,8 @@ class RangedArrayRecordReader:
         self._init_cache()
 
     def _init_cache(self) -> None:
-        self._cache: collections.OrderedDict[int, tuple[_Chunk, int]] = collections.OrderedDict()
-        self._cached = 0
-        self._lock = threading.Lock()
+        shared = self._shared_cache
+        self._cache = shared if shared is not None else ChunkCache(self._cache_bytes)
 
     def _read(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         got = self._source.read_ranges(ranges)
@@ -200,8 +206,9 @@ class RangedArrayRecordReader:
 
     @property
     def cached_bytes(self) -> int:
-        """Bytes of decoded chunks held in the cache now (never above ``cache_bytes``)."""
-        return self._cached
+        """Bytes of decoded chunks held in the cache now (above ``cache_bytes`` only by
+        the chunk the last read ended in)."""
+        return self._cache.nbytes
 
     def read(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
         """The records at ``indices``, in that order; repeats allowed."""
@@ -226,16 +233,9 @@ class RangedArrayRecordReader:
             first = self._footer.first_record
             chunk_of = np.searchsorted(first, idx, side="right") - 1
             local = (idx - first[chunk_of]).tolist() if len(idx) else []
-        found: dict[int, _Chunk] = {}
-        missing = []
-        with self._lock:
-            for c in np.unique(chunk_of).tolist():
-                hit = self._cache.get(c)
-                if hit is None:
-                    missing.append(c)
-                else:
-                    self._cache.move_to_end(c)
-                    found[c] = hit[0]
+        wanted = np.unique(chunk_of).tolist()
+        found = self._cache.find(self._cache_key, wanted)
+        missing = [c for c in wanted if c not in found]
         return PendingRead(chunk_of.tolist(), local, found, self._plan(missing))
 
     def pieces(self, pending: PendingRead, buffers: list[bytes]) -> list[tuple[bytes, int, int]]:
@@ -255,7 +255,8 @@ class RangedArrayRecordReader:
             c: (values, offsets.tolist())
             for c, (values, offsets) in zip(pending.chunks_fetched, decoded)
         }
-        self._store(fetched)
+        current = pending.chunk_of[-1] if pending.chunk_of else None
+        self._cache.store(self._cache_key, fetched, current)
         chunks = {**pending.found, **fetched}
         out = []
         for c, k in zip(pending.chunk_of, pending.local):
@@ -279,22 +280,14 @@ class RangedArrayRecordReader:
             plan.append((begin, end, [(c, begin, end)]))
         return plan
 
-    def _store(self, fetched: dict[int, _Chunk]) -> None:
-        with self._lock:
-            for c, chunk in fetched.items():
-                cost = len(chunk[0]) + 36 * len(chunk[1]) + _ENTRY_OVERHEAD
-                if cost > self._cache_bytes or c in self._cache:
-                    continue
-                self._cache[c] = (chunk, cost)
-                self._cached += cost
-                while self._cached > self._cache_bytes:
-                    _, (_, old) = self._cache.popitem(last=False)
-                    self._cached -= old
+    def release_cache(self) -> None:
+        """The reader is done for now: its current chunk may leave a shared cache."""
+        self._cache.release(self._cache_key)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_cache", "_cached", "_lock"):
-            del state[key]
+        del state["_cache"]
+        state["_shared_cache"] = None  # a copy caches on its own
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

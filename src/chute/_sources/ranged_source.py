@@ -62,6 +62,27 @@ def _pread_all(fd: int, length: int, offset: int) -> bytes:
     return b"".join(parts)
 
 
+class _Handle:
+    """An open file descriptor that closes when its last holder lets go of it.
+
+    The ``LocalRanges`` that opened it holds it until ``close()``; each read holds
+    it while it reads, so ``close()`` during a read never closes (and frees the
+    number of) a descriptor that the read is still using.  ``refs`` is changed only
+    under the owner's lock.
+    """
+
+    __slots__ = ("fd", "refs")
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.refs = fd, 1
+
+    def release(self) -> None:
+        """Drops one hold (call with the owner's lock held); the last one closes the fd."""
+        self.refs -= 1
+        if self.refs == 0:
+            os.close(self.fd)
+
+
 class LocalRanges:
     """A local file as a ``RangedByteSource``; the file opens lazily in each process.
 
@@ -69,6 +90,9 @@ class LocalRanges:
     little from concurrency, and the calls release the GIL).  Its ``version``
     is the file's size and modification time when it opened; a read after the
     file changed raises ``SourceChangedError``, as an object store's does.
+    ``close()`` while another thread reads lets that read finish on the file it
+    began with (the descriptor closes when the read ends); a later read opens
+    the file again.
 
     >>> import tempfile
     >>> with tempfile.NamedTemporaryFile() as f:
@@ -85,7 +109,7 @@ class LocalRanges:
         if not isinstance(self._path, str):
             raise TypeError(f"LocalRanges: path must be a str or os.PathLike (got {path!r}).")
         self.url = url or self._path
-        self._fd: int | None = None
+        self._handle: _Handle | None = None
         self._size: int | None = None
         self._version = ""
         self._lock = threading.Lock()
@@ -94,13 +118,22 @@ class LocalRanges:
     def path(self) -> str:
         return self._path
 
-    def _open(self) -> tuple[int, int]:
+    def _open(self, hold: bool = False) -> tuple[_Handle, int]:
+        """The open file and its size (opened now if closed); with ``hold``, held for a
+        read until ``_let_go``."""
         with self._lock:
-            if self._fd is None or self._size is None:
-                self._fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-                st = os.fstat(self._fd)
+            if self._handle is None or self._size is None:
+                fd = os.open(self._path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+                self._handle = _Handle(fd)
+                st = os.fstat(fd)
                 self._size, self._version = st.st_size, f"{st.st_mtime_ns}-{st.st_size}"
-            return self._fd, self._size
+            if hold:
+                self._handle.refs += 1
+            return self._handle, self._size
+
+    def _let_go(self, handle: _Handle) -> None:
+        with self._lock:
+            handle.release()
 
     @property
     def version(self) -> str:
@@ -115,22 +148,25 @@ class LocalRanges:
         return self.read_ranges([(0, self.size())])[0]
 
     def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        fd, size = self._open()
-        st = os.fstat(fd)
-        if f"{st.st_mtime_ns}-{st.st_size}" != self._version:
-            raise SourceChangedError(
-                f"{self.url} changed while it was being read (it was version {self._version} "
-                "when opened). Open it again to read the new version."
-            )
-        out = []
-        for offset, length in ranges:
-            if offset < 0 or length < 0 or offset + length > size:
-                raise ValueError(
-                    f"{self}: range (offset={offset}, length={length}) is outside the file "
-                    f"({size} bytes)."
+        handle, size = self._open(hold=True)
+        try:
+            st = os.fstat(handle.fd)
+            if f"{st.st_mtime_ns}-{st.st_size}" != self._version:
+                raise SourceChangedError(
+                    f"{self.url} changed while it was being read (it was version "
+                    f"{self._version} when opened). Open it again to read the new version."
                 )
-            out.append(_pread_all(fd, length, offset))
-        return out
+            out = []
+            for offset, length in ranges:
+                if offset < 0 or length < 0 or offset + length > size:
+                    raise ValueError(
+                        f"{self}: range (offset={offset}, length={length}) is outside the "
+                        f"file ({size} bytes)."
+                    )
+                out.append(_pread_all(handle.fd, length, offset))
+            return out
+        finally:
+            self._let_go(handle)
 
     def __enter__(self) -> LocalRanges:
         return self
@@ -139,10 +175,11 @@ class LocalRanges:
         self.close()
 
     def close(self) -> None:
+        """Lets go of the file; it closes now, or when the reads under way end."""
         with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            if self._handle is not None:
+                handle, self._handle = self._handle, None
+                handle.release()
 
     def __del__(self) -> None:
         try:
