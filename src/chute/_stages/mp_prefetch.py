@@ -35,7 +35,6 @@ from chute._stages.map import MapIterDataset, RandomMapIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
 from chute._stats.instrument import untimed_type
 
-
 # Stages that make one element of each: a checkpoint of workers that run only these moves
 # to another worker count (random_map draws by stream position: see _execution.slicing).
 _ELEMENT_WISE = (MapIterDataset, RandomMapIterDataset)
