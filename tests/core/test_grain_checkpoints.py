@@ -192,6 +192,63 @@ def test_mp_prefetch_refuses_grain_state_it_cannot_re_deal() -> None:
         _restored_tail(_mp_pipeline(3), GRAIN_MP_STATE, 1)
 
 
+def _draw(x: int, rng: np.random.Generator) -> list[int]:
+    return [x, int(rng.integers(0, 10**6))]
+
+
+def _mp_random_map(workers: int) -> Any:
+    ds = MapDataset.range(16).seed(1).to_iter_dataset().random_map(_draw)
+    return ds.mp_prefetch(MultiprocessingOptions(num_workers=workers))
+
+
+def _grain_random_map_worker(next_index: int) -> dict[str, Any]:
+    return {"parent": {"next_index": next_index}, "index_for_rng": next_index}
+
+
+# Grain 0.2.18's states of _mp_random_map(2) and (3) after 5 elements, and what it gave next
+# (with any worker count, the draws of the run without workers).
+GRAIN_MP_RANDOM_MAP = {
+    2: {
+        "next_index_in_cycle": 1,
+        "next_index_in_datasets": 2,
+        "iterators_in_use_indices": [0, 1],
+        "iterators_in_use_states": [_grain_random_map_worker(3), _grain_random_map_worker(2)],
+        "exhausted": [0, 0],
+        "future_states": {},
+    },
+    3: {
+        "next_index_in_cycle": 2,
+        "next_index_in_datasets": 3,
+        "iterators_in_use_indices": [0, 1, 2],
+        "iterators_in_use_states": [
+            _grain_random_map_worker(2),
+            _grain_random_map_worker(2),
+            _grain_random_map_worker(1),
+        ],
+        "exhausted": [0, 0, 0],
+        "future_states": {},
+    },
+}
+GRAIN_RANDOM_MAP_TAIL = [
+    [5, 783068], [6, 654560], [7, 773833], [8, 756058], [9, 971389], [10, 640058],
+    [11, 641467], [12, 986891], [13, 641957], [14, 223880], [15, 655055],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("saved_with", "restored_into"), [(2, 2), (3, 3), (2, 3), (3, 4)])
+def test_mp_random_map_restored_from_grain_goes_on_with_grains_draws(
+    saved_with: int, restored_into: int
+) -> None:
+    tail = _restored_tail(_mp_random_map(restored_into), GRAIN_MP_RANDOM_MAP[saved_with])
+    assert tail == GRAIN_RANDOM_MAP_TAIL
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_mp_random_map_writes_the_grain_state_grain_goes_on_from(workers: int) -> None:
+    # Grain restored from these states gives GRAIN_RANDOM_MAP_TAIL (observed).
+    assert _grain_state_after(_mp_random_map(workers), 5) == GRAIN_MP_RANDOM_MAP[workers]
+
+
 def test_grain_state_of_another_pipeline_is_refused() -> None:
     with pytest.raises(CheckpointError, match="random_map|index_for_rng"):
         _restored_tail(_random_map(), {"next_index": 3}, 1)

@@ -171,3 +171,25 @@ def test_forked_workers_read_an_array_record_file_the_parent_has_read(
     ds = grain.MapDataset.source(source).seed(1).shuffle().map(lambda r: r[0]).to_iter_dataset()
     got = list(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
     assert sorted(got) == sorted(i % 256 for i in range(500))
+
+
+def _no_gpu(index: int, count: int) -> None:
+    raise RuntimeError("no GPU here")
+
+
+def test_a_worker_gone_before_its_first_credit_still_says_why_it_could_not_start(
+    start_method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    start = processes.start
+
+    def start_and_wait_for_the_end(*args: Any, **kwargs: Any) -> Any:
+        process = start(*args, **kwargs)
+        process.join()  # the worker failed and left before the parent sends its credits
+        return process
+
+    monkeypatch.setattr(processes, "start", start_and_wait_for_the_end)
+    ds = grain.MapDataset.range(4).to_iter_dataset()
+    it = RemoteIterator(ds, worker_init_fn=_no_gpu)
+    with pytest.raises(grain.WorkerDiedError, match="could not start: RuntimeError: no GPU"):
+        it.get_state()
+    it.close()

@@ -139,6 +139,10 @@ def _small_table(max_index: int, seed: int, rounds: int) -> np.ndarray:
     steps per index; instead, encrypt all 65536 block values at once and
     resolve every walk together by pointer jumping: each pass doubles the
     distance skipped over out-of-range values, so a few passes suffice.
+
+    The table kept is a compact copy (``uint16``, ``max_index + 1`` entries,
+    at most 128 KiB), not a view that would hold the 512 KiB block: shuffles
+    reseed every epoch, so the cache always holds its 16 tables.
     """
     jump = _encrypt_block16(seed, rounds)
     active = np.flatnonzero(jump > max_index)
@@ -146,7 +150,7 @@ def _small_table(max_index: int, seed: int, rounds: int) -> np.ndarray:
         jumped = jump[jump[active]]
         jump[active] = jumped
         active = active[jumped > max_index]
-    table = jump[: max_index + 1]
+    table = jump[: max_index + 1].astype(np.uint16)
     table.flags.writeable = False
     return table
 
@@ -165,7 +169,7 @@ def index_shuffle_array(
     bits = max(16, max_index.bit_length())
     bits += bits % 2
     if bits == 16:
-        return _small_table(max_index, seed, rounds)[values]
+        return _small_table(max_index, seed, rounds)[values].astype(np.int64)
     half = bits // 2
     keys = _keys(seed, rounds, half)
     out = _encrypt(values.ravel(), half, keys)

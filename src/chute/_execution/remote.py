@@ -74,7 +74,10 @@ class RemoteIterator(DatasetIterator[Any]):
     """Iterates ``dataset`` in a worker process (worker ``index`` of ``count``).
 
     ``seed`` seeds the worker's global random generators (``random``, NumPy's,
-    torch's if imported); by default a fresh one (see ``worker_seeds``).
+    torch's if imported); by default a fresh one (see ``worker_seeds``).  A
+    worker started at a saved state (restored, or restarted after it died)
+    seeds them from ``seed`` and that state instead, so a restarted worker does
+    not replay the draws it made before.
     """
 
     _stage = "remote"
@@ -117,7 +120,15 @@ class RemoteIterator(DatasetIterator[Any]):
         self.start_method = method
         self._process = processes.start(
             worker_main,
-            (job, send, credit_in, self._index, self._count, self._ring.prefix, self._seed),
+            (
+                job,
+                send,
+                credit_in,
+                self._index,
+                self._count,
+                self._ring.prefix,
+                worker_seeds.resumed_seed(self._seed, state),
+            ),
             name=f"chute-worker-{self._index}",
             method=method,
         )
@@ -140,8 +151,11 @@ class RemoteIterator(DatasetIterator[Any]):
         shutdown.install()
         self._ended = False
         self._state_now = None  # set by the worker's READY message
-        for _ in range(self._credit_count):
-            self._credits.send_bytes(b"1")
+        try:
+            for _ in range(self._credit_count):
+                self._credits.send_bytes(b"1")
+        except OSError:  # the worker could not start and is gone: the next read says why
+            pass
 
     def _pickled(self, job: tuple[Any, Any, Any]) -> bytes:
         """The job pickled for the fork server, or the error naming what cannot be pickled."""

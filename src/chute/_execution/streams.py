@@ -31,6 +31,11 @@ class Stream:
     def __len__(self) -> int:
         return len(self.pending) + max(0, self.end - self.tail)
 
+    def position(self, index: int) -> int:
+        """The position at stream index ``index`` (``positions`` for one index)."""
+        pending = len(self.pending)
+        return self.pending[index] if index < pending else self.tail + index - pending
+
     def positions(self, indices: np.ndarray) -> np.ndarray:
         pending = np.asarray(self.pending, dtype=np.int64)
         inside = indices < len(pending)

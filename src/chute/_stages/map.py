@@ -126,7 +126,14 @@ class MapWithIndexIterDataset(IterDataset[Any]):
 
 
 class RandomMapIterDataset(IterDataset[Any]):
-    """Applies ``fn(element, rng)``; the n-th element seen here gets counter n."""
+    """Applies ``fn(element, rng)``; the n-th element seen here gets counter n.
+
+    In a worker's (or thread's) share of the pipeline, the n-th element gets
+    the counter its share's ``_ordinals`` give it (see ``chute._execution.slicing``),
+    so the draws are those of the pipeline without workers.
+    """
+
+    _ordinals: Any = None  # set on a worker's copy by chute._execution.slicing
 
     def __init__(
         self, parent: IterDataset[Any], transform: Any, *, seed: int | None = None
@@ -137,10 +144,12 @@ class RandomMapIterDataset(IterDataset[Any]):
         self._rng_seed = resolve_seed(self, seed, "random_map", wide=True)
 
     def __iter__(self) -> DatasetIterator[Any]:
-        fn, rng = self._fn, ElementRng(self._rng_seed)
-        return _MapIterator(
-            iter(self._parent), self._label, lambda i, x: fn(x, rng.at(i)), own_index=True
-        )
+        fn, rng, ordinals = self._fn, ElementRng(self._rng_seed), self._ordinals
+        if ordinals is None:
+            apply = lambda i, x: fn(x, rng.at(i))  # noqa: E731
+        else:
+            apply = lambda i, x: fn(x, rng.at(ordinals(i)))  # noqa: E731
+        return _MapIterator(iter(self._parent), self._label, apply, own_index=True)
 
 
 class _MapIterator(DatasetIterator[Any]):

@@ -31,9 +31,13 @@ from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
 from chute._execution.slicing import share, share_stream
 from chute._execution.streams import Stream, positions_of, relayout
-from chute._stages.map import MapIterDataset
+from chute._stages.map import MapIterDataset, RandomMapIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
 from chute._stats.instrument import untimed_type
+
+# Stages that make one element of each: a checkpoint of workers that run only these moves
+# to another worker count (random_map draws by stream position: see _execution.slicing).
+_ELEMENT_WISE = (MapIterDataset, RandomMapIterDataset)
 
 
 class MultiprocessPrefetchIterDataset(IterDataset[Any]):
@@ -141,10 +145,10 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
             return "sequential_slice gives every worker a fixed block of the source"
         node: Any = self._parent
         while not isinstance(node, PrefetchIterDataset):
-            if untimed_type(node) is not MapIterDataset:
+            if untimed_type(node) not in _ELEMENT_WISE:
                 return (
-                    f"the workers run {type(node).__name__}, which is not a plain element-wise "
-                    "map (a filter, batch or other stage holds positions of its own)"
+                    f"the workers run {type(node).__name__}, which is not an element-wise "
+                    "map or random_map (a filter, batch or other stage holds positions of its own)"
                 )
             node = node._parent
         return None
