@@ -62,7 +62,7 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
         """Reads only the files ``paths[sl]`` from now on, in place (Grain's sharding by file).
 
-        Each call slices the original list of files.
+        Each call slices the files kept so far, as Grain's does.
 
         Args:
           sl: which files to keep, e.g. ``slice(shard, None, shard_count)``.
@@ -71,11 +71,10 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
         """
         if not isinstance(sl, slice):
             raise TypeError(f"{_NAME}.set_slice() takes a slice (got {sl!r}).")
-        original = self.__dict__.setdefault("_original_paths", self._paths)
-        paths = original[sl]
+        paths = self._paths[sl]
         if not paths:
             raise ValueError(
-                f"{_NAME}.set_slice({sl!r}) leaves no file of the {len(original)}: give each "
+                f"{_NAME}.set_slice({sl!r}) leaves no file of the {len(self._paths)}: give each "
                 "shard at least one file (use fewer shards, or shard by rows with a MapDataset)."
             )
         self._paths = paths
