@@ -13,10 +13,12 @@ the row groups it resumes in.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError
+from chute._core.fingerprint import files_identity
 from chute._core.validate import check_int
 from chute._sources import parquet_io
 
@@ -82,6 +84,10 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
 
     def __iter__(self) -> DatasetIterator[dict[str, Any]]:
         return _ParquetIterator(self)
+
+    def _data_identity(self) -> str:
+        """The files read, by name (``set_slice`` shards by file), for checkpoints."""
+        return files_identity([(os.path.basename(p),) for p in self._paths])
 
     def _describe(self) -> str:
         kwargs = parquet_io.describe_kwargs(self._read_kwargs)
