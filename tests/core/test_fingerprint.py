@@ -142,3 +142,116 @@ def test_a_loader_state_without_a_sampler_says_what_it_lacks() -> None:
     del state["sampler"]
     with pytest.raises(CheckpointError, match=r"does not record its sampler.*IndexSampler"):
         it.set_state(json.dumps(state).encode())
+
+
+# -- which data: shards and sources ---------------------------------------------------------
+
+
+def test_one_shards_state_is_refused_by_another_shard() -> None:
+    state = _after(MapDataset.range(100)[0::2].to_iter_dataset(), 3)
+    other = iter(MapDataset.range(100)[1::2].to_iter_dataset())
+    with pytest.raises(
+        CheckpointError,
+        match=r"stage 1: saved slice over 50 elements from positions 0::2, this pipeline has "
+        r"slice over 50 elements from positions 1::2",
+    ):
+        other.set_state(state)
+    allow_pipeline_change(other).set_state(state)  # taken as it is, on purpose
+    assert next(other) == 7
+
+
+def test_a_slice_by_indices_is_told_apart_by_its_positions() -> None:
+    state = _after(MapDataset.range(10).slice([1, 5, 7]).to_iter_dataset(), 1)
+    with pytest.raises(CheckpointError, match=r"stage 1: saved slice over 3 elements from 3 pos"):
+        iter(MapDataset.range(10).slice([1, 5, 8]).to_iter_dataset()).set_state(state)
+    same = iter(MapDataset.range(10).slice([1, 5, 7]).to_iter_dataset())
+    same.set_state(state)
+    assert list(same) == [5, 7]
+
+
+def _shard(index: int, count: int) -> Any:
+    ds = MapDataset.source(list(range(30))).map(double).to_iter_dataset()
+    ds.set_slice(slice(index, None, count), sequential_slice=True)
+    return ds
+
+
+def test_in_place_shards_are_told_apart() -> None:
+    state = _after(_shard(0, 3), 2)
+    with pytest.raises(
+        CheckpointError,
+        match=r"stage 1: saved slice over 10 elements from "
+        r"positions 0::1, this pipeline has .* from positions 10::1",
+    ):
+        iter(_shard(1, 3)).set_state(state)
+    source = MapDataset.source(list(range(30)))
+    source.set_slice(slice(0, None, 3), sequential_slice=True)
+    saved = _after(source.to_iter_dataset(), 2)
+    source.set_slice(slice(2, None, 3), sequential_slice=True)
+    with pytest.raises(
+        CheckpointError,
+        match=r"stage 0: saved source list over 10 elements from "
+        r"records 0:10, this pipeline has .* from records 20:30",
+    ):
+        iter(source.to_iter_dataset()).set_state(saved)
+    again = iter(_shard(0, 3))
+    again.set_state(state)
+    assert next(again) == 4
+
+
+def test_ranges_and_sources_of_the_same_length_are_told_apart() -> None:
+    state = _after(MapDataset.range(10).to_iter_dataset(), 2)
+    with pytest.raises(
+        CheckpointError,
+        match=r"saved range over 10 elements, this pipeline has "
+        r"range over 10 elements from values 10::1",
+    ):
+        iter(MapDataset.range(10, 20).to_iter_dataset()).set_state(state)
+    saved = _after(MapDataset.source(chute.RangeDataSource(0, 10, 1)).to_iter_dataset(), 2)
+    other = MapDataset.source(chute.RangeDataSource(10, 20, 1)).to_iter_dataset()
+    with pytest.raises(CheckpointError, match=r"stage 0: .*RangeDataSource\(start=0, stop=10"):
+        iter(other).set_state(saved)
+
+
+class Rows:
+    """A user's source that names its data, as chute's file sources do."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> str:
+        return f"{self.table}:{i}"
+
+    def chute_identity(self) -> str:
+        return f"table {self.table}"
+
+
+def test_a_users_source_names_its_data_with_chute_identity() -> None:
+    state = _after(MapDataset.source(Rows("train")).to_iter_dataset(), 2)
+    message = (
+        r"saved source Rows over 8 elements from table train, this pipeline has source Rows "
+        r"over 8 elements from table eval"
+    )
+    with pytest.raises(CheckpointError, match=message):
+        iter(MapDataset.source(Rows("eval")).to_iter_dataset()).set_state(state)
+    lists = [_after(MapDataset.source(list(range(8))).to_iter_dataset(), 2)]
+    assert (
+        fingerprint(MapDataset.source(list("abcdefgh")).to_iter_dataset())
+        == lists[0]["fingerprint"]
+    )  # a source without chute_identity() is known by its type and length
+
+
+def test_worker_shares_are_not_part_of_the_fingerprint() -> None:
+    ds = MapDataset.range(40)[1::2].map(double).to_iter_dataset()
+    two = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
+    head = [next(two) for _ in range(5)]
+    state = json.loads(json.dumps(two.get_state()))
+    two.close()
+    assert (
+        fingerprint(ds.mp_prefetch(MultiprocessingOptions(num_workers=3))) == state["fingerprint"]
+    )
+    with iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=3))) as three:
+        three.set_state(state)
+        assert head + list(three) == [2 * x for x in range(1, 40, 2)]

@@ -84,3 +84,24 @@ def test_writing_grains_state_leaves_the_iterator_where_it_was() -> None:
     taken = [next(it)["tokens"].tolist() for _ in range(3)]
     assert to_grain_state(it) == STATES[3]
     assert taken + _rows(it) == ROWS["first"]
+
+
+def _fails_on_length_two(x: dict) -> dict:  # type: ignore[type-arg]
+    if len(x["tokens"]) == 2:
+        raise KeyError("bad element")
+    return x
+
+
+def test_a_round_with_a_failed_element_is_not_written_as_grains_state() -> None:
+    rows = MapDataset.source([{"tokens": np.arange(1, n + 1)} for n in LENGTHS])
+    ds = experimental.FirstFitPackIterDataset(
+        rows.to_iter_dataset().map(_fails_on_length_two), length_struct={"tokens": 5},
+        num_packing_bins=2, shuffle_bins=True, seed=3,
+    )  # fmt: skip
+    it = iter(ds)
+    with pytest.raises(KeyError):
+        next(it)  # element 1 of the first round
+    with pytest.raises(CheckpointError, match="Grain's packing state cannot say so"):
+        to_grain_state(it)  # Grain would read element 1 again into the round
+    next(it), next(it)  # the round's two rows: the next round starts at element 3
+    assert to_grain_state(it) == {"parent": {"next_index": 3}, "next_row": 0, "counter": 2}

@@ -284,3 +284,27 @@ def test_closed_iterators_raise() -> None:
         next(it)
     with pytest.raises(IteratorClosedError):
         next(it)
+
+
+def _shard_loader(index: int) -> grain.DataLoader:
+    return grain.DataLoader(
+        data_source=list(range(20)),
+        sampler=grain.SequentialSampler(20, grain.NoSharding()),
+        shard_options=grain.ShardOptions(index, 2),
+    )
+
+
+def test_a_checkpoint_of_another_loader_shard_is_refused() -> None:
+    it = iter(_shard_loader(0))
+    assert [next(it) for _ in range(3)] == [0, 2, 4]
+    state = it.get_state()
+    with pytest.raises(CheckpointError, match="shard_options shard 0 of 2, drop_remainder=False"):
+        iter(_shard_loader(1)).set_state(state)
+    older = json.loads(state)
+    del older["shard_options"]  # saved before loaders recorded their shard: unchecked
+    resumed = iter(_shard_loader(0))
+    resumed.set_state(json.dumps(older).encode())
+    assert list(resumed) == list(range(6, 20, 2))
+    moved = grain.checkpoint.allow_pipeline_change(iter(_shard_loader(1)))
+    moved.set_state(state)  # on purpose: the positions taken as they are
+    assert next(moved) == 7

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import os
 import pickle
+import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -393,3 +395,46 @@ def test_missing_array_record_names_the_extra(
         ArrayRecordDataSource(one_file)
     with pytest.raises(ImportError, match=r"pip install chute\[array_record\]"):
         write_array_record(RECORDS, tmp_path / "x")
+
+
+# -- what checkpoints record of the files ---------------------------------------------------
+
+
+def _pipeline(paths: object) -> grain.IterDataset:
+    return grain.MapDataset.source(ArrayRecordDataSource(paths)).seed(0).shuffle().to_iter_dataset()
+
+
+def test_a_checkpoint_of_other_files_of_the_same_length_is_refused(tmp_path: Path) -> None:
+    train = write_array_record(RECORDS, tmp_path / "train", num_shards=2)
+    held_out = write_array_record(RECORDS, tmp_path / "eval", num_shards=2)
+    it = iter(_pipeline(train))
+    next(it)
+    state = it.get_state()
+    message = (
+        r"stage 0: saved source ArrayRecordDataSource over 40 elements from 2 files "
+        r"train-00000-of-00002.array_record to train-00001-of-00002.array_record, sha256 "
+    )
+    with pytest.raises(grain.CheckpointError, match=message):
+        iter(_pipeline(held_out)).set_state(state)
+    part = iter(_pipeline([f"{train[0]}[0:10]", f"{train[1]}[10:20]"]))
+    with pytest.raises(grain.CheckpointError, match="stage 0"):  # other records of the files
+        iter(_pipeline([f"{train[0]}[0:10]", f"{train[1]}[0:10]"])).set_state(part.get_state())
+
+
+def test_a_checkpoint_restores_over_the_same_files_in_another_process(tmp_path: Path) -> None:
+    paths = write_array_record(RECORDS, tmp_path / "train", num_shards=3)
+    code = (
+        "import json, sys\n"
+        "import chute\n"
+        "ds = chute.MapDataset.source(chute.ArrayRecordDataSource(sys.argv[1:]))\n"
+        "it = iter(ds.seed(0).shuffle().to_iter_dataset())\n"
+        "[next(it) for _ in range(7)]\n"
+        "print(json.dumps(it.get_state()))\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "4321"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, *paths], env=env, capture_output=True, text=True, check=True
+    )
+    resumed = iter(_pipeline(paths))
+    resumed.set_state(json.loads(done.stdout))  # accepted: the same files, sizes and records
+    assert list(resumed) == list(_pipeline(paths))[7:]

@@ -390,3 +390,35 @@ def test_missing_pyarrow_names_the_extra(paths: list[str], monkeypatch: pytest.M
         ParquetIterDataset(paths)
     with pytest.raises(ImportError, match=r"pip install chute\[parquet\]"):
         ParquetDataSource(paths)
+
+
+# -- what checkpoints record of the files ---------------------------------------------------
+
+
+def test_checkpoints_of_other_parquet_files_or_shards_are_refused(
+    paths: list[str], tmp_path: Path
+) -> None:
+    other = str(tmp_path / "other.parquet")
+    pq.write_table(_table(7, sum(SIZES)), other, row_group_size=4)
+    it = iter(grain.MapDataset.source(ParquetDataSource(paths)).to_iter_dataset())
+    next(it)
+    state = it.get_state()
+    with pytest.raises(
+        grain.CheckpointError,
+        match=r"stage 0: saved source ParquetDataSource over"
+        r" 22 elements from 3 files part-0.parquet to part-2.parquet",
+    ):
+        iter(grain.MapDataset.source(ParquetDataSource([other])).to_iter_dataset()).set_state(state)
+
+    def shard(index: int) -> ParquetIterDataset:
+        ds = ParquetIterDataset(paths)
+        ds.set_slice(slice(index, None, 2))
+        return ds
+
+    saved = iter(shard(0))
+    next(saved)
+    with pytest.raises(grain.CheckpointError, match=r"from 2 files part-0.parquet to part-2"):
+        iter(shard(1)).set_state(saved.get_state())
+    again = iter(shard(0))
+    again.set_state(saved.get_state())
+    assert _ids(again) == _ids(shard(0))[1:]

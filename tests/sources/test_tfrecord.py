@@ -255,3 +255,12 @@ def test_rejects_bad_paths(path: object) -> None:
 def test_rejects_an_empty_list_of_paths() -> None:
     with pytest.raises(ValueError, match="TFRecordIterDataset: the list of paths is empty"):
         TFRecordIterDataset([])
+
+
+def test_a_checkpoint_of_other_tfrecord_files_is_refused(tmp_path: pathlib.Path) -> None:
+    first = write(tmp_path, "host-0.tfrecord", [b"a", b"b", b"c"])
+    second = write(tmp_path, "host-1.tfrecord", [b"x", b"y", b"z"])
+    it = iter(TFRecordIterDataset(first))
+    next(it)
+    with pytest.raises(CheckpointError, match=r"saved tfrecord from 1 file host-0.tfrecord, "):
+        iter(TFRecordIterDataset(second)).set_state(it.get_state())

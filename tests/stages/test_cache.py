@@ -260,3 +260,64 @@ def test_close_closes_the_parent_and_frees_the_cache() -> None:
 def test_a_parent_that_is_not_a_dataset_is_rejected(parent: Any) -> None:
     with pytest.raises(TypeError, match="CacheIterDataset reads an IterDataset or a MapDataset"):
         CacheIterDataset(parent)
+
+
+# -- failed reads on restore ------------------------------------------------------------
+
+
+class Transient(Counted):
+    """Raises ``ConnectionError`` once, at element ``armed``."""
+
+    def __init__(self, fail_on: tuple[int, ...] = (), armed: int | None = None) -> None:
+        super().__init__(fail_on)
+        self.armed = armed
+
+    def __call__(self, x: int) -> int:
+        if x == self.armed:
+            self.armed = None
+            raise ConnectionError(f"the bucket did not answer for element {x}")
+        return super().__call__(x)
+
+
+def test_a_transient_error_while_catching_up_raises_and_loses_nothing() -> None:
+    it = iter(RepeatIterDataset(_cached(6, Transient()), 2))
+    assert [next(it) for _ in range(7)][-1] == 0  # the second epoch, from memory
+    state = json.loads(json.dumps(it.get_state()))
+    again = iter(RepeatIterDataset(_cached(6, Transient(armed=2)), 2))
+    with pytest.raises(ConnectionError, match="did not answer") as info:
+        again.set_state(state)
+    assert "did not fail in the run that saved the checkpoint" in "".join(info.value.__notes__)
+    again.set_state(state)  # the cause has gone: the restore completes
+    assert list(again) == [10, 20, 30, 40, 50]
+
+
+def test_a_read_that_failed_before_the_checkpoint_is_passed_over_on_restore() -> None:
+    it = iter(_cached(6, Counted(fail_on=(1,))))
+    assert _drain(it)[:3] == [0, "bad 1", 20]
+    state = iter(_cached(6, Counted(fail_on=(1,))))
+    head = [next(state)]
+    with pytest.raises(BadRecord):
+        next(state)
+    head.append(next(state))
+    saved = json.loads(json.dumps(state.get_state()))
+    assert saved["failed"] == [1] and saved["pulls"] == 3 and head == [0, 20]
+    for fn in (Counted(fail_on=(1,)), Counted()):  # it fails again, or it reads fine now
+        again = iter(RepeatIterDataset(_cached(6, fn), 2))
+        again.set_state({**again.get_state(), "parent": saved})
+        assert _drain(again) == [30, 40, 50, 0, 20, 30, 40, 50]
+
+
+def test_a_cache_state_without_failed_reads_restores_as_before(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    it = iter(_cached(4, Counted(fail_on=(1,))))
+    next(it)
+    with pytest.raises(BadRecord):
+        next(it)
+    state = it.get_state()
+    del state["failed"]  # as chute wrote it before it recorded failed reads
+    again = iter(_cached(4, Counted(fail_on=(1,))))
+    with caplog.at_level("WARNING", logger="chute"):
+        again.set_state(state)
+    assert list(again) == [20, 30]
+    assert "does not record which pulls failed" in caplog.text

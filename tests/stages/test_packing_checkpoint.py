@@ -219,3 +219,145 @@ def test_missing_meta_feature_is_reported() -> None:
     ds = FF(_ds(_ragged(2)), length_struct={"inputs": 8}, num_packing_bins=1, meta_features=["id"])
     with pytest.raises(ValueError, match=r"element 0 lacks the features \['id'\]"):
         list(ds)
+
+
+# -- failed pulls on restore ---------------------------------------------------------------
+
+
+class _Flaky:
+    """A map that raises ``ConnectionError`` once at element ``armed`` (once armed)."""
+
+    def __init__(self, bad: tuple[int, ...] = ()) -> None:
+        self.bad, self.armed = bad, None
+
+    def __call__(self, x: dict[str, Any]) -> dict[str, Any]:
+        i = int(x["id"])
+        if i in self.bad:
+            raise KeyError(f"bad record {i}")
+        if i == self.armed:
+            self.armed = None
+            raise ConnectionError(f"the bucket did not answer for element {i}")
+        return x
+
+
+def _packed(fn: _Flaky) -> Any:
+    rows = [{**r, "id": k} for k, r in enumerate(_ragged(40, seed=3))]
+    return FF(
+        _ds(rows, INLINE).map(fn),
+        length_struct={"inputs": 8, "targets": 5},
+        num_packing_bins=3,
+        meta_features=["id"],
+    )
+
+
+def _ids(outputs: Any) -> list[list[int]]:
+    return [[int(i) for i in x["id"]] for x in outputs]
+
+
+def _drain_skipping(it: Any) -> list[Any]:
+    out = []
+    while True:
+        try:
+            out.append(next(it))
+        except StopIteration:
+            return out
+        except KeyError:
+            continue
+
+
+@pytest.mark.parametrize("region", ["skip", "replay"])
+def test_a_transient_error_while_restoring_raises_instead_of_dropping_an_element(
+    region: str,
+) -> None:
+    it = iter(_packed(_Flaky()))
+    for _ in range(4):
+        next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    assert state["skip"] > 0 and state["replay"] > 0  # both regions are replayed
+    expected = _ids(it)
+    base = state["index"] - state["skip"]  # the element the checkpoint's parent state is at
+    fn = _Flaky()
+    fn.armed = base + (0 if region == "skip" else state["skip"])
+    again = iter(_packed(fn))
+    with pytest.raises(ConnectionError, match="did not answer") as info:
+        again.set_state(state)
+    assert "did not fail in the run that saved the checkpoint" in "".join(info.value.__notes__)
+    again.set_state(state)  # the cause has gone: the same state now restores in full
+    assert _ids(again) == expected
+
+
+def test_elements_that_failed_before_the_checkpoint_are_still_skipped_on_restore() -> None:
+    bad = (2, 9, 10, 21)
+    expected = _ids(_drain_skipping(iter(_packed(_Flaky(bad)))))
+    assert all(i not in bad for b in expected for i in b)
+    it, recorded = iter(_packed(_Flaky(bad))), 0
+    for step in range(len(expected)):
+        state = json.loads(json.dumps(it.get_state()))
+        recorded += bool(state["failed"])
+        again = iter(_packed(_Flaky(bad)))
+        again.set_state(state)  # their errors again, now: passed over, as reported before
+        assert _ids(_drain_skipping(again)) == expected[step:]
+        _drain_skipping_one(it)
+    assert recorded  # some states held failed pulls to pass over
+
+
+def _drain_skipping_one(it: Any) -> Any:
+    while True:
+        try:
+            return next(it)
+        except KeyError:
+            continue
+
+
+def test_a_failed_pull_that_succeeds_on_restore_is_still_left_out() -> None:
+    fn = _Flaky()
+    rows_it = iter(_packed(fn))
+    fn.armed = 5
+    out = []
+    while len(out) < 3:
+        try:
+            out.append(next(rows_it))
+        except ConnectionError:
+            pass
+    state = json.loads(json.dumps(rows_it.get_state()))
+    rest = _ids(rows_it)
+    again = iter(_packed(_Flaky()))  # element 5 reads fine now
+    again.set_state(state)
+    assert _ids(again) == rest
+    assert 5 not in [i for b in _ids(out) + rest for i in b]
+
+
+def test_a_state_saved_without_failed_pulls_restores_as_before(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fn = _Flaky(bad=(4,))
+    it = iter(_packed(fn))
+    while True:
+        try:
+            next(it)
+            break
+        except KeyError:
+            continue
+    state = json.loads(json.dumps(it.get_state()))
+    assert state["failed"]
+    del state["failed"]  # as chute wrote it before it recorded failed pulls
+    rest = _ids(_drain_skipping(it))
+    again = iter(_packed(_Flaky(bad=(4,))))
+    with caplog.at_level("WARNING", logger="chute"):
+        again.set_state(state)
+    assert _ids(again) == rest
+    assert "does not record which pulls failed" in caplog.text
+
+
+def test_an_error_after_a_restore_names_the_elements_own_index() -> None:
+    it = iter(_packed(_Flaky()))
+    for _ in range(4):
+        next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    assert state["skip"] > 0  # the round starts some pulls after the parent state
+    again = iter(_packed(_Flaky(bad=(30,))))
+    again.set_state(state)
+    with pytest.raises(KeyError) as info:
+        _ids(again)
+    note = "chute: raised in stage FirstFitPackIterDataset while processing element index 30."
+    assert note in info.value.__notes__

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chute import MapDataset
+from chute import MapDataset, MultiprocessingOptions
 from chute.experimental import InterleaveIterDataset, ParquetIterDataset
 
 
@@ -57,8 +57,33 @@ def test_to_iter_dataset_takes_an_interleaved_or_a_sequential_slice() -> None:
     ds = MapDataset.range(10).map(lambda x: x + 100).to_iter_dataset()
     ds.set_slice(slice(1, None, 3))
     assert list(ds) == [101, 104, 107]
-    ds.set_slice(slice(2, None, 3), sequential_slice=True)  # again from the original
-    assert list(ds) == [107, 108, 109]
+    ds.set_slice(slice(2, None, 3), sequential_slice=True)  # the block under the slice
+    assert list(ds) == [108]  # Grain 0.2.18: [108, 108, 108] (its slice keeps 3 positions)
+    ds.set_slice(slice(0, None, 3), sequential_slice=True)  # another block of the whole source
+    assert list(ds) == [101]
+
+
+def test_slices_of_a_to_iter_dataset_compose_as_in_grain() -> None:
+    ds = MapDataset.range(12).to_iter_dataset()
+    ds.set_slice(slice(0, None, 2))
+    ds.set_slice(slice(1, None, 3))
+    assert list(ds) == [2, 8]  # Grain 0.2.18 gives [2, 8]
+
+
+def test_workers_share_out_what_set_slice_kept_as_grains_do() -> None:
+    ds = MapDataset.range(24).map(lambda x: x * 10).to_iter_dataset()
+    ds.set_slice(slice(0, None, 2))
+    ds.set_slice(slice(1, None, 3))
+    assert list(ds) == [20, 80, 140, 200]
+    workers = ds.mp_prefetch(MultiprocessingOptions(num_workers=2))
+    assert list(workers) == [20, 80, 140, 200]  # Grain 0.2.18 gives the same
+    it = iter(workers)
+    assert next(it) == 20
+    state = it.get_state()
+    three = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=3)))
+    three.set_state(state)  # another worker count resumes the same sliced stream
+    assert list(three) == [80, 140, 200]
+    it.close()
 
 
 def test_interleave_shards_its_datasets() -> None:
@@ -66,6 +91,8 @@ def test_interleave_shards_its_datasets() -> None:
     ds = InterleaveIterDataset(files, cycle_length=2)
     ds.set_slice(slice(1, None, 2))
     assert list(ds) == [10, 30, 11, 31]
+    ds.set_slice(slice(1, None))  # of the datasets kept, as in Grain
+    assert list(ds) == [30, 31]
 
 
 def test_parquet_shards_by_file(tmp_path) -> None:
@@ -78,5 +105,7 @@ def test_parquet_shards_by_file(tmp_path) -> None:
     ds = ParquetIterDataset(paths, cycle_length=1)
     ds.set_slice(slice(1, None))
     assert [row["x"] for row in ds] == [10, 11, 20, 21]
+    ds.set_slice(slice(1, None))  # of the files kept, as in Grain
+    assert [row["x"] for row in ds] == [20, 21]
     with pytest.raises(ValueError, match="leaves no file"):
         ds.set_slice(slice(5, None))

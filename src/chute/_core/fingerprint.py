@@ -15,19 +15,33 @@ and options nodes, which a resumed run may change, and the datasets inside a
 mix of *named* datasets, which Grain restores by name into a mix that gained
 or lost some.
 
+A stage that picks or reads data also names *which* data, after ``" from "``:
+a slice its positions (``"slice over 50 elements from positions 1::2"``), a range
+not starting at 0 by 1 its start and step, a source what it says of its data
+(``chute_identity()``, see ``identity_of``: the files' names, record ranges and
+sizes for ArrayRecord, for instance), so that host 1's shard or another data
+set of the same length is refused too.  Worker shares are not part of it:
+workers slice copies of the pipeline, never the pipeline the state describes.
+
 ``set_state()`` compares the saved fingerprint with the pipeline's and refuses
 a mismatch with ``CheckpointError`` naming the first stage that differs;
 ``chute.checkpoint.allow_pipeline_change(iterator)`` accepts it deliberately.
-States without a fingerprint (older chute, hand-made) restore unchecked.
+States without a fingerprint (older chute, hand-made, Grain's) restore
+unchecked.  (A state saved by a chute whose stages did not yet name their data
+is refused where a stage now does; ``allow_pipeline_change`` restores it.)
 
-The strings hold names and decimal ints only (no ``id()``, no ``hash()``), so
-the same pipeline gives the same fingerprint in every process and run.
+The strings hold names, decimal ints and SHA-256 digests only (no ``id()``, no
+``hash()``, no modification times), so the same pipeline gives the same
+fingerprint in every process and run.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 #: Integer settings that change what a state's positions mean.
@@ -37,7 +51,10 @@ _KINDS = {
     "PrefetchIterDataset": "to_iter_dataset",
     "MultiprocessPrefetchIterDataset": "mp_prefetch",
     "RangeMapDataset": "range",
+    "TFRecordIterDataset": "tfrecord",
 }
+#: Between a stage's description and the data it names.
+_DATA = " from "
 
 
 def fingerprint(ds: Any) -> list[str]:
@@ -83,7 +100,47 @@ def _describe(node: Any) -> str | None:
     if _is_map_dataset(node):
         length = len(node)
         part += " over infinite elements" if length == sys.maxsize else f" over {length} elements"
-    return part
+    own = getattr(node, "_data_identity", None)
+    data = own() if callable(own) else None
+    return f"{part}{_DATA}{data}" if data else part
+
+
+def identity_of(source: Any) -> str | None:
+    """What ``source`` says of the data it reads (its ``chute_identity()``), or None.
+
+    A source names its data in a short string that is the same in every
+    process and run (file names and sizes, an object's ETag, a query): no
+    memory addresses, no random names, no modification times.  A source
+    without the method is known by its type and length alone.
+    """
+    method = getattr(source, "chute_identity", None)
+    if not callable(method):
+        return None
+    identity = method()
+    if not isinstance(identity, str):
+        raise TypeError(
+            f"{type(source).__name__}.chute_identity() must return a str (got {identity!r})."
+        )
+    return identity
+
+
+def digest(value: Any) -> str:
+    """A short SHA-256 of bytes or of a JSON-able value (lists, str, int), the same in every run."""
+    if not isinstance(value, bytes):
+        value = json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+    return hashlib.sha256(value).hexdigest()[:16]
+
+
+def files_identity(files: Sequence[Sequence[Any]]) -> str:
+    """The identity of data read from files: ``files`` holds, per file, its name first.
+
+    >>> files_identity([("a.rec", 0, 10, 512), ("b.rec", 0, 8, 400)])
+    '2 files a.rec to b.rec, sha256 bd339f4816cc3dc9'
+    """
+    names = [str(f[0]) for f in files]
+    shown = names[0] if len(names) == 1 else f"{names[0]} to {names[-1]}"
+    count = "1 file" if len(names) == 1 else f"{len(names)} files"
+    return f"{count} {shown}, sha256 {digest([list(f) for f in files])}"
 
 
 def _mixes_by_name(node: Any) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 from chute._core.errors import CheckpointError
 from chute._core.grain_need import need
 from chute._core.iterator import STATE_VERSION
+from chute._core.replay import failed_pulls, replay_pulls
 
 Translate = Callable[[Any, Any], Any]
 _KEYS = ("parent", "next_row", "counter")
@@ -37,6 +38,7 @@ def pack_from_grain(it: Any, g: Any, from_grain: Translate, produced: Any) -> di
         "pulls": 0,
         "skip": 0,
         "replay": 0,
+        "failed": [],
         "index": produced(parent),
         "closed": False,
         "emitted": 0,
@@ -60,11 +62,18 @@ def pack_from_grain(it: Any, g: Any, from_grain: Translate, produced: Any) -> di
 
 def pack_to_grain(it: Any, state: dict[str, Any], to_grain: Translate) -> dict[str, Any]:
     """Grain's packing state for chute's ``state`` of ``it`` (which is left where it was)."""
-    parent, start = it._parent, state["parent"]
-    if int(state["skip"]):  # the round starts after some pulls: read up to there, then back
+    parent, start, skip = it._parent, state["parent"], int(state["skip"])
+    failed = failed_pulls(state, "packing") or set()
+    if any(k >= skip for k in failed):
+        raise CheckpointError(
+            "an element of the packing round under way raised, and Grain's packing state "
+            "cannot say so (Grain would read it again); save the Grain state once the round's "
+            "outputs are handed out."
+        )
+    if skip:  # the round starts after some pulls: read up to there, then back
         parent.set_state(start)
-        for _ in range(int(state["skip"])):
-            next(parent)
+        for _ in replay_pulls(lambda: next(parent), skip, failed, "packing"):
+            pass
         start = parent.get_state()
         it.set_state(state)
     return {

@@ -6,7 +6,9 @@ the workers' outputs round-robin, skipping workers that ran out: the same
 order as Grain's.  With ``worker_count=0`` one worker runs inline.
 
 ``get_state()`` returns JSON bytes: the workers' positions, whose turn it is,
-and a description of the sampler and source that ``set_state()`` checks.  A
+and a description of the sampler, the source and the loader's shard that
+``set_state()`` checks (``chute.checkpoint.allow_pipeline_change`` skips the
+check).  A
 state restores into a loader with another ``worker_count`` too: the positions
 the old layout had only partly read are handed out first, then the rest, so
 nothing is lost or repeated.  That needs every consumed position to be a
@@ -185,6 +187,11 @@ class DataLoader:
             return (0, 1)
         self._drop_shard_remainder = bool(shard_options.drop_remainder)
         return (shard_options.shard_index, shard_options.shard_count)
+
+    def _describe_shard(self) -> str:
+        """The loader's own shard, as its checkpoints record it."""
+        index, count = self._shard
+        return f"shard {index} of {count}, drop_remainder={self._drop_shard_remainder}"
 
     def _check_sampler(self) -> None:
         sampler = self._sampler
@@ -381,6 +388,7 @@ class DataLoaderIterator:
             "workers": states,
             "sampler": repr(self._loader._sampler),
             "data_source": _describe_source(self._loader._data_source),
+            "shard_options": self._loader._describe_shard(),
         }
         return json.dumps(state).encode()
 
@@ -422,8 +430,9 @@ class DataLoaderIterator:
             raise CheckpointError(
                 f"DataLoaderIterator.set_state() takes the bytes returned by get_state() ({exc})."
             ) from None
+        allowed = getattr(self, "_allow_pipeline_change", False)
         if is_grain_loader_state(saved):  # saved by Grain's DataLoader
-            return loader_from_grain(self._loader, saved)
+            return loader_from_grain(self._loader, saved, check=not allowed)
         if not isinstance(saved, dict) or saved.get("version") != STATE_VERSION:
             raise CheckpointError(
                 f"DataLoaderIterator.set_state(): unsupported state version "
@@ -433,7 +442,10 @@ class DataLoaderIterator:
         for key, mine in (
             ("sampler", repr(self._loader._sampler)),
             ("data_source", _describe_source(self._loader._data_source)),
+            ("shard_options", self._loader._describe_shard()),
         ):
+            if allowed or (key == "shard_options" and key not in saved):  # not in older states
+                continue
             if key not in saved:
                 raise CheckpointError(
                     f"DataLoaderIterator.set_state(): the state does not record its {key} (no "
@@ -444,7 +456,8 @@ class DataLoaderIterator:
             if saved[key] != mine:
                 raise CheckpointError(
                     f"the checkpoint was saved with {key} {saved[key]} but this DataLoader "
-                    f"has {mine}; restore it into a DataLoader built the same way."
+                    f"has {mine}; restore it into a DataLoader built the same way (changed on "
+                    "purpose? call chute.checkpoint.allow_pipeline_change(iterator) first)."
                 )
         return saved
 

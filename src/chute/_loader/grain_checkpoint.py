@@ -67,11 +67,13 @@ def from_grain_state(iterator: Any, state: Any) -> Any:
     if isinstance(iterator, data_loader.DataLoaderIterator):
         saved = json.loads(state)
         loader = iterator._loader
-        chute = loader_from_grain(loader, saved)
-        chute.update(
+        allowed = getattr(iterator, "_allow_pipeline_change", False)
+        chute = loader_from_grain(loader, saved, check=not allowed)
+        chute.update(  # checked above against Grain's description of them
             version=data_loader.STATE_VERSION,
             sampler=repr(loader._sampler),
             data_source=data_loader._describe_source(loader._data_source),
+            shard_options=loader._describe_shard(),
         )
         return json.dumps(chute).encode()
     return from_grain(_checked(iterator), state)

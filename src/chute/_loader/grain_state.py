@@ -10,13 +10,19 @@ Worker ``w`` of ``W`` reads positions ``w, w + W, ...``, so a last position
 ``p`` means ``(p - w) // W + 1`` positions read (``w - W`` before the first),
 and the next batch comes from worker ``last_worker_index + 1``.  chute's
 state holds the same counts as ``"positions"``, with each worker's pipeline
-state; Grain checks ``repr(data_source)`` and ``repr(sampler)`` on restore.
+state.  Grain checks ``repr(sampler)`` and its description of the data source
+on restore (``repr(source)``; the type alone for a list, tuple or array;
+for an ArrayRecord source, a SHA-1 of its file names), and so does chute with
+a Grain state, describing its own source as Grain would.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+import numpy as np
 
 from chute._core.errors import CheckpointError
 from chute._core.grain_state import from_grain
@@ -55,18 +61,19 @@ def _positions(saved: dict[str, Any], workers: int) -> list[int]:
     return positions
 
 
-def loader_from_grain(loader: Any, saved: dict[str, Any]) -> dict[str, Any]:
+def loader_from_grain(loader: Any, saved: dict[str, Any], check: bool = True) -> dict[str, Any]:
     """chute's parsed DataLoader state for Grain's ``saved`` (its worker count).
 
+    ``check=False`` (``allow_pipeline_change``) takes the positions without
+    comparing the sampler and the data source.
+
     Raises:
-        CheckpointError: Another sampler, a sharded loader, or a damaged state.
+        CheckpointError: Another sampler or data source, a sharded loader, or a
+            damaged state.
     """
     _check_crossable(loader)
-    if saved.get("sampler") != repr(loader._sampler):
-        raise CheckpointError(
-            f"the Grain checkpoint was saved with sampler {saved.get('sampler')} but this "
-            f"DataLoader has {loader._sampler!r}; build the loader Grain ran."
-        )
+    if check:
+        _check_same(loader, saved)
     workers = max(1, int(saved.get("worker_count", 0)))
     positions = _positions(saved, workers)
     stream = Stream((), 0, loader._length())
@@ -119,13 +126,43 @@ def loader_to_grain(loader: Any, state: bytes) -> bytes:
         "last_seen_indices": last,
         "last_worker_index": int(saved["turn"]) - 1,
         "worker_count": loader._worker_count,
-        "sampler": repr(loader._sampler),
+        "sampler": _grain_repr(loader._sampler),
         "data_source": _grain_repr(loader._data_source),
     }
     return json.dumps(grain, indent=4).encode()
 
 
-def _grain_repr(source: Any) -> str:
-    """The repr Grain records for ``source``: chute's sources that differ say theirs."""
-    own = getattr(source, "_grain_repr", None)
-    return own() if callable(own) else repr(source)
+def _check_same(loader: Any, saved: dict[str, Any]) -> None:
+    """Raises unless Grain's ``saved`` names this loader's sampler and data source."""
+    for what, key, mine in (
+        ("sampler", "sampler", _grain_repr(loader._sampler)),
+        ("data source", "data_source", _grain_repr(loader._data_source)),
+    ):
+        if key not in saved:
+            raise CheckpointError(
+                f"the Grain DataLoader checkpoint does not record its {what} (no {key!r} "
+                f"entry; it holds {sorted(saved)}); pass the bytes Grain's get_state() returned."
+            )
+        if _without_address(saved[key]) != _without_address(mine):
+            raise CheckpointError(
+                f"the Grain checkpoint was saved with {what} {saved[key]} but this DataLoader "
+                f"has {mine} (as Grain describes it); build the loader over the {what} Grain "
+                "ran (changed on purpose? call chute.checkpoint.allow_pipeline_change(iterator) "
+                "first)."
+            )
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+def _without_address(text: Any) -> Any:
+    """A default repr's memory address, which differs in every process, left out."""
+    return _ADDRESS.sub("", text) if isinstance(text, str) else text
+
+
+def _grain_repr(obj: Any) -> str:
+    """What Grain records of a source or sampler: chute's objects that differ say theirs."""
+    if isinstance(obj, (list, tuple, np.ndarray)):  # Grain leaves the data out
+        return str(type(obj))
+    own = getattr(obj, "_grain_repr", None)
+    return own() if callable(own) else repr(obj)

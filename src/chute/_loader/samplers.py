@@ -244,6 +244,13 @@ class SequentialSampler(_Sampler):
             f"shard_options={self._shard_options!r}, seed={self._seed})"
         )
 
+    def _grain_repr(self) -> str:
+        """Grain's repr, which its DataLoader checkpoints record (it leaves out the seed)."""
+        return (
+            f"SequentialSampler(num_records={self._num_records}, "
+            f"shard_options={self._shard_options!r})"
+        )
+
 
 def _checked_seed(seed: object, name: str) -> int:
     """A sampler's seed, refused with Grain's words first (tests and users match them)."""

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from chute._core.errors import Origin, mark_origin
+from chute._core.fingerprint import files_identity
 from chute._sources.array_record_paths import expand
 from chute._sources.protocol import as_index, check_indices, out_of_range
 
@@ -426,10 +427,23 @@ class ArrayRecordDataSource:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
+    def chute_identity(self) -> str:
+        """The files read: names, record ranges and sizes (what checkpoints record of them).
+
+        Names without their folder, so a checkpoint restores over the same files
+        elsewhere, read from an index or from a bucket.
+        """
+        rows = zip(self._entries, self._file_sizes())
+        return files_identity([(os.path.basename(f), a, b, n) for (f, a, b, _), n in rows])
+
+    def _file_sizes(self) -> list[int]:
+        return [_fingerprint(f)[0] for f, _, _, _ in self._entries]
+
     def _grain_repr(self) -> str:
-        """Grain's repr of the same source, which its DataLoader checkpoints record."""
-        names = [f"{f}[{a}:{b}]" if sliced else f for f, a, b, sliced in self._entries]
-        return f"{_WHAT}(hash_of_paths={hashlib.sha1(''.join(names).encode()).hexdigest()})"
+        """Grain's repr of the same source, which its DataLoader checkpoints record: a SHA-1
+        of the files' names joined (without the record ranges of sliced files)."""
+        names = "".join(f for f, _, _, _ in self._entries)
+        return f"{_WHAT}(hash_of_paths={hashlib.sha1(names.encode()).hexdigest()})"
 
     def __repr__(self) -> str:
         names = [f"{f}[{a}:{b}]" if sliced else f for f, a, b, sliced in self._entries]

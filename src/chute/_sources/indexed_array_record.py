@@ -336,6 +336,9 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                 reader._source.close()  # type: ignore[attr-defined]
             self._chunks.clear()
 
+    def _file_sizes(self) -> list[int]:
+        return [s.size for s in self._index.shards]  # as the index saw them
+
     def __repr__(self) -> str:
         where = f"index={self._index_path!r}" if self._index_path else f"paths={self.paths[0]!r}..."
         return f"{_WHAT}({where}, shards={len(self._entries)}, len={self._len})"

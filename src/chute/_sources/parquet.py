@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from chute._core.errors import Origin, mark_origin
+from chute._core.fingerprint import files_identity
 from chute._core.validate import check_int
 from chute._sources import parquet_io
 from chute._sources.protocol import as_index, check_indices, out_of_range
@@ -207,6 +208,16 @@ class ParquetDataSource:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._reset()
+
+    def chute_identity(self) -> str:
+        """The files read (names, rows per row group) and the columns, for checkpoints."""
+        counts = np.diff(self._starts).tolist()
+        groups: list[list[int]] = [[] for _ in self._paths]
+        for (f, _), n in zip(self._where, counts):
+            groups[f].append(n)
+        files = [(os.path.basename(p), g) for p, g in zip(self._paths, groups)]
+        columns = "" if self._columns is None else f", columns {list(self._columns)}"
+        return files_identity(files) + columns
 
     def __repr__(self) -> str:
         columns = None if self._columns is None else list(self._columns)

@@ -13,10 +13,12 @@ the row groups it resumes in.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError
+from chute._core.fingerprint import files_identity
 from chute._core.validate import check_int
 from chute._sources import parquet_io
 
@@ -64,7 +66,7 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
         """Reads only the files ``paths[sl]`` from now on, in place (Grain's sharding by file).
 
-        Each call slices the original list of files.
+        Each call slices the files kept so far, as Grain's does.
 
         Args:
           sl: which files to keep, e.g. ``slice(shard, None, shard_count)``.
@@ -73,11 +75,10 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
         """
         if not isinstance(sl, slice):
             raise TypeError(f"{_NAME}.set_slice() takes a slice (got {sl!r}).")
-        original = self.__dict__.setdefault("_original_paths", self._paths)
-        paths = original[sl]
+        paths = self._paths[sl]
         if not paths:
             raise ValueError(
-                f"{_NAME}.set_slice({sl!r}) leaves no file of the {len(original)}: give each "
+                f"{_NAME}.set_slice({sl!r}) leaves no file of the {len(self._paths)}: give each "
                 "shard at least one file (use fewer shards, or shard by rows with a MapDataset)."
             )
         self._paths = paths
@@ -85,6 +86,10 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
 
     def __iter__(self) -> DatasetIterator[dict[str, Any]]:
         return _ParquetIterator(self)
+
+    def _data_identity(self) -> str:
+        """The files read, by name (``set_slice`` shards by file), for checkpoints."""
+        return files_identity([(os.path.basename(p),) for p in self._paths])
 
     def _describe(self) -> str:
         kwargs = parquet_io.describe_kwargs(self._read_kwargs)

@@ -33,6 +33,11 @@ class RandomAccessDataSource(Protocol[T_co]):
     * **A stable ``repr``.**  The DataLoader stores ``repr(source)`` in its
       checkpoints and compares it on restore, so the repr should describe the
       data and not change between runs (no memory addresses, no random names).
+    * **``chute_identity() -> str`` (optional).**  A short string naming the
+      data read (a table and its version, file names and sizes), the same in
+      every process and run.  A dataset pipeline's checkpoints record it and
+      refuse to restore over a source that gives another; without it, a
+      source is known by its type and length.
 
     >>> isinstance([10, 20, 30], RandomAccessDataSource)
     True

@@ -73,3 +73,7 @@ class RangeDataSource:
 
     def __repr__(self) -> str:
         return f"RangeDataSource(start={self._start}, stop={self._stop}, step={self._step})"
+
+    def chute_identity(self) -> str:
+        """Its repr, which names its integers (checkpoints record it)."""
+        return repr(self)

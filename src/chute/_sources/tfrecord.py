@@ -37,6 +37,7 @@ from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError, Origin, SourceChangedError, mark_origin
+from chute._core.fingerprint import files_identity
 from chute._core.validate import check_int
 from chute._remote.open import open_source
 from chute._remote.source import is_remote_url
@@ -265,6 +266,10 @@ class TFRecordIterDataset(IterDataset[bytes]):
 
     def __iter__(self) -> DatasetIterator[bytes]:
         return _TFRecordIterator(self._paths, self._verify, self._filesystem)
+
+    def _data_identity(self) -> str:
+        """The files read, by name, for checkpoints."""
+        return files_identity([(os.path.basename(p),) for p in self._paths])
 
     def _describe(self) -> str:
         paths = repr(self._paths[0]) + (

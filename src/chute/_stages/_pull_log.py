@@ -4,23 +4,24 @@ Stages that hold elements across ``next()`` calls (``batch``, the window
 shuffle) pull through a log.  It records the parent's state before the first
 pull, how many pulls were made and which of them raised, so a checkpoint is
 those positions rather than the elements, and a restore replays the same
-pulls (swallowing the errors that were already reported) to rebuild exactly
-the same buffer.  A pull that raises keeps everything pulled before it.
+pulls (``chute._core.replay``: the errors already reported are passed over,
+any other raises) to rebuild exactly the same buffer.  A pull that raises
+keeps everything pulled before it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from chute._core.errors import CheckpointError
 from chute._core.iterator import DatasetIterator
+from chute._core.replay import failed_pulls, replay_pulls
 
 
 class PullLog:
     """The elements pulled from ``parent`` since the last ``clear()``."""
 
-    def __init__(self, parent: DatasetIterator[Any]) -> None:
-        self._parent = parent
+    def __init__(self, parent: DatasetIterator[Any], stage: str) -> None:
+        self._parent, self._stage = parent, stage
         self.clear()
 
     def clear(self) -> None:
@@ -61,22 +62,8 @@ class PullLog:
     def restore(self, state: dict[str, Any]) -> None:
         """Rebuilds the log from ``state()`` by replaying the same pulls."""
         self.clear()
-        self._parent.set_state(state["parent"])
-        failed = {int(k) for k in state["failed"]}
-        try:
-            for k in range(int(state["pulls"])):
-                if k in failed:
-                    try:
-                        next(self._parent)
-                    except StopIteration:
-                        raise
-                    except Exception:
-                        pass
-                else:
-                    self.items.append(next(self._parent))
-        except StopIteration:
-            raise CheckpointError(
-                "the parent ended while replaying the pulls recorded in the checkpoint: "
-                "the pipeline or its data differ from the ones that saved it."
-            ) from None
-        self.pulls, self._failed, self._start = int(state["pulls"]), sorted(failed), state["parent"]
+        parent, pulls = self._parent, int(state["pulls"])
+        failed = failed_pulls(state, self._stage)
+        parent.set_state(state["parent"])
+        self.items = list(replay_pulls(lambda: next(parent), pulls, failed, self._stage))
+        self.pulls, self._failed, self._start = pulls, sorted(failed or ()), state["parent"]

@@ -177,7 +177,7 @@ class _BatchIterator(DatasetIterator[Any]):
     def __init__(self, parent: DatasetIterator[Any], size: int, drop: bool, batch_fn: Any) -> None:
         super().__init__(parent)
         self._size, self._drop, self._batch_fn = size, drop, batch_fn
-        self._log = PullLog(parent)
+        self._log = PullLog(parent, self._stage)
         self._batches = 0
         self.records_in_last_batch = 0  # what an error budget after it counts as tried
 

@@ -11,13 +11,15 @@ parent has ended the parent is never read again.  As in Grain:
   element in place changes the cached one, which the next epoch then yields.
 
 The state is the position (elements yielded since the start), how many times
-the parent has been read (failed reads included) and whether it has ended.
-A restore into an iterator that has read the parent fewer times (a fresh
-process) reads it on to that count, keeping what it reads, so later epochs
-still come from memory; errors raised during that catch-up are skipped, since
-the run that saved the checkpoint has already reported them, and a state
-saved right after an error resumes after the failed element.  A restore never
-moves the parent backwards, so each iterator reads its parent once.
+the parent has been read, which of those reads raised (``failed``) and
+whether the parent has ended.  A restore into an iterator that has read the
+parent fewer times (a fresh process) reads it on to that count, keeping what
+it reads, so later epochs still come from memory.  The reads that raised
+before are passed over, since the run that saved the checkpoint reported
+them, and a state saved right after an error resumes after the failed
+element; an error at any other read raises (``chute._core.replay``), and
+leaves the iterator as it was before ``set_state()``.  A restore never moves
+the parent backwards, so each iterator reads its parent once.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from chute._core.errors import CheckpointError
+from chute._core.replay import failed_pulls, replay_pulls
+
+_END = object()
 
 
 class CacheIterDataset(IterDataset[Any]):
@@ -64,6 +69,7 @@ class _CacheIterator(DatasetIterator[Any]):
         self._cache: list[Any] = []
         self._position = 0
         self._pulls = 0  # next() calls made on the parent, the failed ones included
+        self._failed: list[int] = []  # which of them raised
         self._complete = False  # the parent has ended: the cache holds everything
 
     def __next__(self) -> Any:
@@ -86,6 +92,7 @@ class _CacheIterator(DatasetIterator[Any]):
             self._complete = True
             return False
         except Exception:  # a user error: the parent goes on after it next time
+            self._failed.append(self._pulls)
             self._pulls += 1
             raise
         self._pulls += 1
@@ -93,7 +100,12 @@ class _CacheIterator(DatasetIterator[Any]):
         return True
 
     def get_state(self) -> dict[str, Any]:
-        return self._state(position=self._position, pulls=self._pulls, complete=self._complete)
+        return self._state(
+            position=self._position,
+            pulls=self._pulls,
+            failed=list(self._failed),
+            complete=self._complete,
+        )
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "position", "pulls", "complete")
@@ -105,9 +117,10 @@ class _CacheIterator(DatasetIterator[Any]):
                 )
         if not isinstance(complete, bool):
             raise CheckpointError(f"cache.set_state(): complete must be a bool (got {complete!r}).")
+        failed = failed_pulls(state, "cache")
         if self._closed:
             self._raise_closed()
-        self._catch_up(pulls)
+        self._catch_up(pulls, failed)
         if position > len(self._cache):
             raise CheckpointError(
                 f"cache.set_state(): the state is at element {position}, but the parent gave "
@@ -116,13 +129,42 @@ class _CacheIterator(DatasetIterator[Any]):
             )
         self._position = position
 
-    def _catch_up(self, pulls: int) -> None:
-        """Reads the parent on until it has been read ``pulls`` times, skipping errors."""
-        while self._pulls < pulls and not self._complete:
-            try:
-                self._pull()
-            except Exception:  # reported by the run that saved the state
-                pass
+    def _catch_up(self, pulls: int, failed: set[int] | None) -> None:
+        """Reads the parent on until it has been read ``pulls`` times.
+
+        The reads in ``failed`` raised in the run that saved the state and are
+        passed over; an error at another read raises, with the parent and the
+        cache put back as they were.
+        """
+        start = self._pulls
+        if start >= pulls or self._complete:
+            return
+        mark = (self._parent.get_state(), len(self._cache), list(self._failed))
+        ahead = None if failed is None else {k - start for k in failed if k >= start}
+        try:
+            for value in replay_pulls(self._read, pulls - start, ahead, "cache"):
+                if value is _END:  # the position check below says what that means
+                    break
+                self._cache.append(value)
+        except BaseException:
+            self._parent.set_state(mark[0])
+            del self._cache[mark[1] :]
+            self._pulls, self._failed, self._complete = start, mark[2], False
+            raise
+        self._failed += sorted(k for k in (failed or ()) if start <= k < self._pulls)
+
+    def _read(self) -> Any:
+        """One read of the parent for the catch-up, counted; ``_END`` at the parent's end."""
+        try:
+            value = next(self._parent)
+        except StopIteration:
+            self._complete = True
+            return _END
+        except Exception:
+            self._pulls += 1
+            raise
+        self._pulls += 1
+        return value
 
     def close(self) -> None:
         if self._closed:

@@ -127,7 +127,7 @@ class InterleaveIterDataset(IterDataset[Any]):
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
         """Interleaves only the datasets ``datasets[sl]`` from now on, in place (Grain's sharding).
 
-        Each call slices the original datasets.
+        Each call slices the datasets kept so far, as Grain's does.
 
         Args:
           sl: which datasets to keep, e.g. ``slice(shard, None, shard_count)``.
@@ -135,8 +135,7 @@ class InterleaveIterDataset(IterDataset[Any]):
         """
         if not isinstance(sl, slice):
             raise TypeError(f"{_NAME}.set_slice() takes a slice (got {sl!r}).")
-        original = self.__dict__.setdefault("_original_parents", self._parents)
-        self._parents = (original[0].slice(sl),)
+        self._parents = (self._parent.slice(sl),)
 
     def __iter__(self) -> DatasetIterator[Any]:
         datasets = self._parent

@@ -7,8 +7,10 @@ positions, never the bins: where the current round's first pull starts (a
 parent state plus a number of pulls to skip after it), how many pulls the
 round has made, whether the round is closed, and how many of its outputs were
 handed out.  A restore replays those pulls into fresh bins and skips the
-outputs already handed out.  Pulls that raised were already reported, so the
-replay passes over them.
+outputs already handed out.  The state also lists the pulls that raised (in
+reading or in parsing), counted from the parent state: they were reported
+then, so the replay passes over them; an error at any other pull is raised
+(``_pull_log.replay_pulls``).
 
 The state's ``pulls`` counts the pulls a restore replays; while it is nonzero
 a DataLoader refuses to re-deal the worker's positions to another number of
@@ -26,6 +28,7 @@ from typing import Any, Protocol
 from chute._core import errors
 from chute._core.dataset import DatasetIterator
 from chute._core.errors import CheckpointError
+from chute._core.replay import failed_pulls, replay_pulls
 from chute._stages.packing import Packer
 
 _CHUNK = 64
@@ -95,19 +98,6 @@ class _Reader:
             self.index += 1
             raise
 
-    def skip(self, count: int) -> None:
-        """Pulls ``count`` elements and drops them, passing over errors."""
-        for _ in range(count):
-            try:
-                next(self)
-            except StopIteration:
-                raise CheckpointError(
-                    "the parent ended while replaying the pulls recorded in the checkpoint: "
-                    "the pipeline or its data differ from the ones that saved it."
-                ) from None
-            except Exception:
-                pass
-
 
 class PackIterator(DatasetIterator[Any]):
     """Packs the parent's elements round by round; see the module docstring."""
@@ -126,10 +116,13 @@ class PackIterator(DatasetIterator[Any]):
         self._holding = int(always_holding)
         self._packer, self._layout = packer, layout
         self._reader = _Reader(parent)
+        self._failed: list[int] = []  # reader indices of the pulls that raised
         self._new_round(self._reader.position(), None, 0)
 
     def _new_round(self, anchor: tuple[dict[str, Any], int, int], carry: Any, bins: int) -> None:
         self._anchor, self._bins = anchor, bins
+        first = anchor[2] - anchor[1]  # the reader index of the anchor's parent state
+        self._failed = [k for k in self._failed if k >= first]
         self._packer.reset()
         self._pulls, self._closed, self._emitted = 0, False, 0
         self._out: list[Any] = []
@@ -161,12 +154,14 @@ class PackIterator(DatasetIterator[Any]):
                 break
             except Exception as exc:
                 self._pulls += 1
+                self._failed.append(reader.index - 1)
                 errors.annotate(exc, self._layout.name, reader.index - 1)
                 raise
             try:
                 parsed = parse(element, reader.index - 1)
             except Exception:
                 self._pulls += 1
+                self._failed.append(reader.index - 1)
                 raise
             if not packer.add(*parsed):
                 self._carry, self._carry_anchor = parsed, reader.last_position()
@@ -198,6 +193,7 @@ class PackIterator(DatasetIterator[Any]):
             pulls=skip + self._pulls + self._holding,
             skip=skip,
             replay=self._pulls,
+            failed=[k - (index - skip) for k in self._failed],
             index=index,
             closed=self._closed,
             emitted=self._emitted,
@@ -208,39 +204,38 @@ class PackIterator(DatasetIterator[Any]):
         s = self._check_state(
             state, "parent", "skip", "replay", "index", "closed", "emitted", "bins"
         )
+        skip, index, name = int(s["skip"]), int(s["index"]), self._layout.name
+        failed = failed_pulls(s, name)
         reader = self._reader
         self._parent.set_state(s["parent"])
-        reader.reset(s["parent"], int(s["index"]))
-        skip = int(s["skip"])
-        reader.skip(skip)
-        self._new_round((s["parent"], skip, int(s["index"])), None, int(s["bins"]))
-        self._replay(int(s["replay"]))
+        reader.reset(s["parent"], index - skip)
+        before = None if failed is None else {k for k in failed if k < skip}
+        for _ in replay_pulls(reader.__next__, skip, before, name):
+            pass
+        self._failed = [] if failed is None else sorted(index - skip + k for k in failed)
+        self._new_round((s["parent"], skip, index), None, int(s["bins"]))
+        in_round = None if failed is None else {k - skip for k in failed if k >= skip}
+        self._replay(int(s["replay"]), in_round)
         if s["closed"]:
             self._fill()
             if not self._packer.empty and self._pulls != int(s["replay"]):
                 raise CheckpointError(
-                    f"{self._layout.name}: the replayed round differs from the checkpointed one; "
+                    f"{name}: the replayed round differs from the checkpointed one; "
                     "restore into the pipeline (and data) that saved the checkpoint."
                 )
             self._emitted = int(s["emitted"])
 
-    def _replay(self, pulls: int) -> None:
-        reader, packer = self._reader, self._packer
-        for _ in range(pulls):
-            try:
-                element = next(reader)
-                parsed = self._layout.parse(element, reader.index - 1)
-            except StopIteration:
-                raise CheckpointError(
-                    f"{self._layout.name}: the parent ended while replaying the checkpointed "
-                    "round; restore into the pipeline (and data) that saved the checkpoint."
-                ) from None
-            except Exception:
-                self._pulls += 1  # it raised when first read, and was reported then
-                continue
+    def _replay(self, pulls: int, failed: set[int] | None) -> None:
+        reader, packer, parse = self._reader, self._packer, self._layout.parse
+
+        def pull() -> Any:
+            element = next(reader)
+            return parse(element, reader.index - 1)
+
+        for parsed in replay_pulls(pull, pulls, failed, self._layout.name):
             if not packer.add(*parsed):
                 raise CheckpointError(
                     f"{self._layout.name}: an element replayed from the checkpoint no longer "
                     "fits its round; restore into the pipeline that saved the checkpoint."
                 )
-            self._pulls += 1
+        self._pulls += pulls

@@ -72,23 +72,34 @@ class PrefetchIterDataset(IterDataset[Any]):
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
         """Reads only a slice of the MapDataset from now on, in place (Grain's sharding).
 
-        ``sequential_slice=False``: the elements ``sl`` picks (``ds[sl]``);
-        ``True``: shard ``sl.start`` of ``sl.step`` as one contiguous block of
-        the source, with the stages above it run within the block.
+        ``sequential_slice=False``: the elements ``sl`` picks (``ds[sl]``) of
+        what the dataset reads now, so slices compose as in Grain; ``True``:
+        shard ``sl.start`` of ``sl.step`` as one contiguous block of the source,
+        with the stages above it run within the block (a later call takes
+        another block of the whole source, and the other slices stay on top).
 
-        >>> ds = MapDataset.range(10).map(lambda x: x * 10).to_iter_dataset()
+        >>> ds = MapDataset.range(12).map(lambda x: x * 10).to_iter_dataset()
+        >>> ds.set_slice(slice(0, None, 2))
         >>> ds.set_slice(slice(1, None, 3))
         >>> list(ds)
-        [10, 40, 70]
+        [20, 80]
         """
         from chute._execution.slicing import push_down
 
-        parent = self.__dict__.setdefault("_original_parents", self._parents)[0]
-        if not sequential_slice:
-            self._parents = (parent.slice(sl),)
-            return
-        sequential_block(sl, True, 0, _NAME)  # a malformed slice is refused now, not when read
-        self._parents = (push_down(parent, lambda n: sequential_block(sl, True, n, _NAME)),)
+        original = self.__dict__.setdefault("_original_parents", self._parents)[0]
+        slices = self.__dict__.setdefault("_in_place_slices", [])
+        if sequential_slice:
+            sequential_block(sl, True, 0, _NAME)  # a malformed slice is refused now, not when read
+            self._block = sl
+        else:
+            slices.append(sl)
+        block = getattr(self, "_block", None)
+        parent = original
+        if block is not None:
+            parent = push_down(original, lambda n: sequential_block(block, True, n, _NAME))
+        for each in slices:
+            parent = parent.slice(each)
+        self._parents = (parent,)
 
     def _describe(self) -> str:
         return f"{self._parent!r}, {self._read_options}"

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from chute._core.dataset import Indices, MapDataset
+from chute._core.fingerprint import digest
 
 
 class SliceMapDataset(MapDataset[Any]):
@@ -67,6 +68,13 @@ class SliceMapDataset(MapDataset[Any]):
 
     def _parent_index(self, index: int) -> tuple[int, int]:
         return 0, int(self._parent_indices([index])[0])
+
+    def _data_identity(self) -> str:
+        """The positions picked, as a checkpoint's fingerprint records them."""
+        positions = self._positions
+        if isinstance(positions, builtins.range):
+            return f"positions {positions.start}::{positions.step}"
+        return f"{len(positions)} positions, sha256 {digest(positions.astype('<i8').tobytes())}"
 
     def _describe(self) -> str:
         return f"{self._parent!r}, {self._desc}"

@@ -11,6 +11,7 @@ import numpy as np
 
 from chute._core import errors
 from chute._core.dataset import Indices, MapDataset
+from chute._core.fingerprint import identity_of
 from chute._core.in_place_slice import sequential_block
 from chute._core.validate import check_int
 from chute._stages import _origin
@@ -94,6 +95,10 @@ class SourceMapDataset(MapDataset[Any]):
     def _parent_index(self, index: int) -> errors.Origin:
         return _origin.source_origin(self._source, index % self._length)
 
+    def _data_identity(self) -> str | None:
+        """What the source says of its data (and the block ``set_slice`` kept)."""
+        return identity_of(self._source)
+
     def _describe(self) -> str:  # Grain's str(): names the source's class
         return f"source={type(self._source).__name__}"
 
@@ -138,6 +143,11 @@ class RangeMapDataset(MapDataset[int]):
     def _parent_index(self, index: int) -> errors.Origin:
         return errors.Origin(index=index % len(self._range))
 
+    def _data_identity(self) -> str | None:
+        """The first value and the step, unless 0 and 1 (the length says the rest)."""
+        r = self._range
+        return None if (r.start, r.step) == (0, 1) else f"values {r.start}::{r.step}"
+
     def _describe(self) -> str:
         r = self._range
         return f"start={r.start}, stop={r.stop}, step={r.step}" + (
@@ -165,3 +175,8 @@ class _Block:
 
     def __repr__(self) -> str:
         return f"{self._source!r}[{self._start}:{self._start + self._length}]"
+
+    def chute_identity(self) -> str:
+        rows = f"records {self._start}:{self._start + self._length}"
+        inner = identity_of(self._source)
+        return f"{rows} of {inner}" if inner else rows

@@ -143,7 +143,7 @@ class _WindowShuffleIterator(DatasetIterator[Any]):
     def __init__(self, parent: DatasetIterator[Any], window: int, seed: int) -> None:
         super().__init__(parent)
         self._size, self._seed = window, seed
-        self._log = PullLog(parent)
+        self._log = PullLog(parent, self._stage)
         self._index = 0  # number of the current window
         self._order: list[int] | None = None  # output order, set once the window is full
         self._emitted = 0
