@@ -437,7 +437,8 @@ class ArrayRecordDataSource:
         return files_identity([(os.path.basename(f), a, b, n) for (f, a, b, _), n in rows])
 
     def _file_sizes(self) -> list[int]:
-        return [_fingerprint(f)[0] for f, _, _, _ in self._entries]
+        known = zip(self._entries, self._known)
+        return [(k if k is not None else _identity(e[0]))[0] for e, k in known]
 
     def _grain_repr(self) -> str:
         """Grain's repr of the same source, which its DataLoader checkpoints record: a SHA-1
