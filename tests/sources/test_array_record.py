@@ -438,3 +438,38 @@ def test_a_checkpoint_restores_over_the_same_files_in_another_process(tmp_path: 
     resumed = iter(_pipeline(paths))
     resumed.set_state(json.loads(done.stdout))  # accepted: the same files, sizes and records
     assert list(resumed) == list(_pipeline(paths))[7:]
+
+
+_FORK_CHECK = """
+import os, sys
+import chute
+from chute._execution import processes
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+before = threads()
+source = chute.ArrayRecordDataSource(sys.argv[1:])
+print(threads() - before < 8, processes.start_method())  # the pool holds tens
+source[0]  # array_record's reader opens and starts its thread pool
+print(threads() - before >= 8, processes.start_method())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
+def test_making_a_source_starts_no_native_threads_and_a_read_stops_forking(
+    tmp_path: Path,
+) -> None:
+    # A child forked after array_record's reader started its thread pool crashes in its
+    # reads (SIGSEGV, about one fork in ten): counting records must not start the pool,
+    # and once a read has, workers start from the fork server instead.
+    paths = write_array_record(RECORDS, tmp_path / "train", num_shards=3)
+    env = {k: v for k, v in os.environ.items() if k != "CHUTE_WORKER_START"}
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_CHECK, *paths],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split("\n")[:2] == ["True fork", "True forkserver"], done.stdout

@@ -5,8 +5,10 @@ Two ways to start a worker:
 * ``fork``, straight from the parent: a few milliseconds, and the pipeline
   is not pickled (the child has it already).  Used when forking is safe: on
   Linux, with only the main thread alive and no accelerator runtime (JAX,
-  CUDA through torch, TensorFlow) initialised, since a fork copies locks
-  that other threads may hold and runtimes that do not survive it.
+  CUDA through torch, TensorFlow) initialised and no native thread pool
+  started (array_record's reader starts one: ``add_fork_hazard``), since a
+  fork copies locks that other threads may hold and runtimes that do not
+  survive it.
 * a ``forkserver`` preloaded with chute and numpy: a fresh interpreter,
   started once per process, that forks every worker from its clean,
   single-threaded state.  Loading numpy and chute takes it a few tenths of
@@ -40,6 +42,7 @@ import sys
 import threading
 import types
 import weakref
+from collections.abc import Callable
 from multiprocessing import popen_forkserver, spawn
 from typing import Any, ClassVar
 
@@ -49,6 +52,7 @@ START_ENV = "CHUTE_WORKER_START"
 _METHODS = ("auto", "fork", "forkserver")
 
 _LOCK = threading.Lock()
+_FORK_HAZARDS: list[Callable[[], str | None]] = []
 _context: Any = None
 _parent_ends: weakref.WeakSet[Any] = weakref.WeakSet()
 
@@ -82,7 +86,18 @@ def fork_unsafe_reason() -> str | None:
         return "TensorFlow is imported"
     if "obstore" in sys.modules:  # imported by chute only to read a bucket: its runtime runs
         return "obstore's runtime (object-store reads) does not survive a fork"
+    for hazard in _FORK_HAZARDS:
+        reason = hazard()
+        if reason is not None:
+            return reason
     return None
+
+
+def add_fork_hazard(hazard: Callable[[], str | None]) -> None:
+    """Registers ``hazard``: says why forking now is unsafe (or None), for a library
+    layered above this module whose native code starts threads Python cannot see
+    (array_record's reader starts a pool of them, in which a forked child crashes)."""
+    _FORK_HAZARDS.append(hazard)
 
 
 def start_method() -> str:

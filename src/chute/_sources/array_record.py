@@ -33,8 +33,11 @@ from typing import Any
 import numpy as np
 
 from chute._core.errors import Origin, mark_origin
+from chute._execution.processes import add_fork_hazard
 from chute._core.fingerprint import files_identity
 from chute._sources.array_record_paths import expand
+from chute._sources.ranged_array_record import RangedArrayRecordReader
+from chute._sources.ranged_source import LocalRanges
 from chute._sources.protocol import as_index, check_indices, out_of_range
 
 __all__ = ["ArrayRecordDataSource"]
@@ -44,10 +47,25 @@ _WHAT = "ArrayRecordDataSource"
 # Random access reads one record at a time: reading ahead only wastes work.
 # These are the options that array_record's own documentation gives for it.
 _DEFAULT_OPTIONS = {"readahead_buffer_size": "0", "max_parallelism": "0"}
+_DEFAULT_STRING = ",".join(f"{k}:{v}" for k, v in _DEFAULT_OPTIONS.items())
 _GROUP = re.compile(r"(?:^|,)group_size:(\d+)")
 _URL = re.compile(r"^(s3|gs|az|abfs|http|https)://")  # the object stores chute._remote reads
 _REPR_FILES = 4
 _ITER_BLOCK = 1024
+
+
+_native_pool = False  # array_record's reader has started its thread pool in this process
+
+
+def _native_pool_hazard() -> str | None:
+    """Why workers may not be forked from this process: array_record's reader threads, whose
+    state a forked child inherits without the threads, crash the child's reads."""
+    if _native_pool:
+        return "array_record's reader started its thread pool (a forked worker crashes in it)"
+    return None
+
+
+add_fork_hazard(_native_pool_hazard)
 
 
 def _reader_class() -> Any:
@@ -91,7 +109,9 @@ def _open(path: str, options: str) -> Any:
         )
     if not os.path.exists(path):
         raise FileNotFoundError(f"{_WHAT}: no such file: {path!r}.")
+    global _native_pool
     try:
+        _native_pool = True  # the reader starts the pool as it opens, even if it then fails
         reader = _reader_class()(path, options)
     except ValueError as exc:
         raise ValueError(f"{_WHAT}: bad reader_options {options!r}: {exc}") from exc
@@ -142,21 +162,43 @@ def _how_changed(before: tuple[int, int, int], now: tuple[int, int, int]) -> str
 
 
 def _count(path: str, options: str) -> int:
-    """The records in ``path``; logs a warning if its chunks hold more than one record."""
-    reader = _open(path, options)
+    """The records in ``path``; logs a warning if its chunks hold more than one record.
+
+    chute's own footer parser counts, so that making a source starts no native
+    threads and its workers can still be forked; array_record's reader counts
+    where that parser cannot (a compressed footer without cramjam), and names
+    what is wrong with a file that is not readable.
+    """
+    _reader_class()  # array_record must be installed to read the records later
+    counted = _count_by_footer(path) if options == _DEFAULT_STRING else None
+    if counted is None:  # given options are checked by opening the file with them
+        reader = _open(path, options)
+        try:
+            counted = int(reader.num_records()), reader.writer_options_string() or ""
+        finally:
+            reader.close()
+    records, writer_options = counted
+    group = _GROUP.search(writer_options)
+    if group and group[1] != "1":
+        logger.warning(
+            "%s: %s was written with group_size:%s, so every random read decodes that "
+            "many records; rewrite it with group_size:1 (write_array_record's default).",
+            _WHAT,
+            path,
+            group[1],
+        )
+    return records
+
+
+def _count_by_footer(path: str) -> tuple[int, str] | None:
+    """(records, writer options) of ``path`` from its footer, or None where chute's own
+    parser cannot read it (array_record's reader then counts, or says what is wrong)."""
     try:
-        group = _GROUP.search(reader.writer_options_string() or "")
-        if group and group[1] != "1":
-            logger.warning(
-                "%s: %s was written with group_size:%s, so every random read decodes that "
-                "many records; rewrite it with group_size:1 (write_array_record's default).",
-                _WHAT,
-                path,
-                group[1],
-            )
-        return int(reader.num_records())
-    finally:
-        reader.close()
+        with LocalRanges(path) as source:
+            reader = RangedArrayRecordReader(source, cache_bytes=0)
+            return len(reader), reader.writer_options
+    except Exception:
+        return None
 
 
 def _entry(path: object) -> list[tuple[str, int | None, int | None]]:
