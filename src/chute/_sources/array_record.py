@@ -33,12 +33,12 @@ from typing import Any
 import numpy as np
 
 from chute._core.errors import Origin, mark_origin
-from chute._execution.processes import add_fork_hazard
 from chute._core.fingerprint import files_identity
+from chute._execution.processes import add_fork_hazard
 from chute._sources.array_record_paths import expand
+from chute._sources.protocol import as_index, check_indices, out_of_range
 from chute._sources.ranged_array_record import RangedArrayRecordReader
 from chute._sources.ranged_source import LocalRanges
-from chute._sources.protocol import as_index, check_indices, out_of_range
 
 __all__ = ["ArrayRecordDataSource"]
 
