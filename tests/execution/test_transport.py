@@ -309,6 +309,47 @@ def test_failed_encode_leaves_the_ring_usable(ring: tuple[RingReader, RingWriter
     _assert_same(reader.decode(writer.encode({"big": np.ones(50_000)})), {"big": np.ones(50_000)})
 
 
+def _states(writer: RingWriter) -> list[int]:
+    """The state word of each slot the writer holds (0: free)."""
+    return [int(segment.head[0]) for segment in writer._slots.slots.values()]
+
+
+def test_failed_encodes_give_back_the_slots_they_claimed(
+    ring: tuple[RingReader, RingWriter],
+) -> None:
+    reader, writer = ring
+    for i in range(20):
+        with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+            writer.encode({"big": np.full(1 << 17, i), "fn": lambda: 0})  # 1 MiB
+    assert _states(writer) == [0]  # one slot, reused each time, free again
+    assert len(_leftovers(reader.prefix)) == 2  # it and the control segment
+
+
+def test_reserved_slots_of_a_failed_encode_become_copies_another_pickler_sends(
+    ring: tuple[RingReader, RingWriter],
+) -> None:
+    _, writer = ring
+    slot, view = writer.reserve((4, 10_000), np.int64)
+    view[:] = np.arange(10_000)
+    tree = {"batch": slot, "fn": lambda: 7}
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        writer.encode(tree)
+    assert _states(writer) == [0]
+    writer.encode(np.ones(40_000))  # the freed slot is reused and overwritten
+    again = cloudpickle.loads(cloudpickle.dumps(tree))
+    np.testing.assert_array_equal(again["batch"], np.tile(np.arange(10_000), (4, 1)))
+    assert again["fn"]() == 7
+
+
+def test_a_reserved_slot_left_out_of_the_message_goes_back(
+    ring: tuple[RingReader, RingWriter],
+) -> None:
+    reader, writer = ring
+    writer.reserve(50_000, np.uint8)
+    assert reader.decode(writer.encode({"small": 1})) == {"small": 1}
+    assert _states(writer) == [0]
+
+
 def test_closed_reader_stops_the_writer_and_leaves_nothing() -> None:
     reader = RingReader()
     writer = RingWriter(reader.prefix)
