@@ -22,8 +22,8 @@ THREADS, CALLS = 8, 2_000
 CHUNK = [[b"x"] * 50 for _ in range(100)]  # a chunk whose first element holds 50 bytes
 
 
-@pytest.fixture(autouse=True)
-def _switch_threads_often() -> Iterator[None]:
+@pytest.fixture
+def switch_threads_often() -> Iterator[None]:
     """Threads switch between any two bytecodes, so a read-modify-write race shows."""
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
@@ -53,6 +53,7 @@ def _add_chunks(record: StageRecord, k: int) -> None:
         record.fill(i % 2, 4)
 
 
+@pytest.mark.usefixtures("switch_threads_often")
 def test_threads_adding_to_one_record_give_exact_totals() -> None:
     for _ in range(5):
         record = StageRecord()
@@ -69,6 +70,7 @@ def test_threads_adding_to_one_record_give_exact_totals() -> None:
         assert figures["wall_ns"] == 10_000 * (THREADS - 1) + CALLS - 1 + 5
 
 
+@pytest.mark.usefixtures("switch_threads_often")
 def test_one_thread_runs_each_deadline_however_many_pass_it() -> None:
     record = StageRecord()
     runs: list[int] = []
@@ -97,16 +99,20 @@ def test_one_thread_runs_each_deadline_however_many_pass_it() -> None:
 
 
 def test_a_source_read_by_many_threads_counts_each_element_once() -> None:
-    ds = (
-        MapDataset.range(5_000)
-        .map(lambda x: x * 2)
-        .to_iter_dataset(ReadOptions(num_threads=4, prefetch_buffer_size=64))
-    )
+    threads: set[str] = set()
+
+    def double(x: int) -> int:
+        threads.add(threading.current_thread().name)
+        return x * 2
+
+    options = ReadOptions(num_threads=4, prefetch_buffer_size=64, autotune=False)
+    ds = MapDataset.range(5_000).map(double).to_iter_dataset(options)
     tracked = WithOptionsIterDataset(
         ds, DatasetOptions(execution_tracking_mode=ExecutionTrackingMode.STAGE_TIMING)
     )
-    it = iter(tracked)
-    assert sorted(it) == list(range(0, 10_000, 2))
-    stages = {s.name: s for s in execution_summary(it).stages}
-    assert stages["range"].elements == stages["map(<lambda>)"].elements == 5_000
+    with iter(tracked) as it:
+        assert list(it) == list(range(0, 10_000, 2))
+        stages = {s.name: s for s in execution_summary(it).stages}
+    assert len(threads) > 1  # the source and the map ran on several threads at once
+    assert stages["range"].elements == stages["map(double)"].elements == 5_000
     assert stages["to_iter_dataset"].elements == 5_000
