@@ -68,6 +68,19 @@ def test_elements_that_need_cloudpickle_keep_shared_memory_bounded() -> None:
         assert len(_rings()) - before <= 4  # per worker: one reused slot, and the control
 
 
+def test_batches_built_in_shared_memory_that_need_cloudpickle_arrive_whole() -> None:
+    before = len(_rings())
+    ds = grain.MapDataset.range(40).map(_with_lambda).to_iter_dataset().batch(4)
+    seen: list[int] = []
+    with iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2))) as it:
+        for batch in it:  # each worker batches its own elements
+            assert batch["image"].shape == (4, 1 << 17)
+            assert batch["image"][:, -1].tolist() == [scale(1) for scale in batch["scale"]]
+            seen += batch["image"][:, 0].tolist()
+        assert len(_rings()) - before <= 4
+    assert sorted(seen) == list(range(40))
+
+
 def _fails_at_13(x: int) -> int:
     if x == 13:
         raise ValueError("bad record 13")
