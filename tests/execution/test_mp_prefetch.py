@@ -304,6 +304,9 @@ def test_strings_object_arrays_and_big_arrays_cross_the_process_boundary() -> No
 
 INTERRUPTED = """
 import os, signal, sys, time
+# As in a terminal: a runner started in the background (nohup, &) ignores SIGINT, and so
+# would this script, which inherits that.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import chute as grain
 
 def slow(x):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import cloudpickle
+import numpy as np
 import pytest
 
 import chute as grain
@@ -42,6 +45,40 @@ def test_an_element_that_cannot_be_pickled_becomes_its_error_and_the_epoch_goes_
     (message,) = messages
     assert "cannot be sent from the worker" in message
     assert "map(_with_lock)" in message and "lock at ['h']" in message
+
+
+def _with_lambda(x: int) -> dict[str, Any]:
+    return {"image": np.full(1 << 17, x), "scale": lambda v: v * x}  # 1 MiB, and a lambda
+
+
+def _rings() -> list[str]:
+    """This process's ring segments still named in shared memory."""
+    return [
+        p.name for p in Path("/dev/shm").iterdir() if p.name.startswith(f"chute-{os.getpid()}-")
+    ]
+
+
+def test_elements_that_need_cloudpickle_keep_shared_memory_bounded() -> None:
+    before = len(_rings())
+    ds = grain.MapDataset.range(40).map(_with_lambda).to_iter_dataset()
+    with iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2))) as it:
+        for i, element in enumerate(it):
+            assert int(element["image"][-1]) == i and element["scale"](2) == 2 * i
+        # a slot claimed before plain pickle failed would stay busy: 40 slots of 1 MiB
+        assert len(_rings()) - before <= 4  # per worker: one reused slot, and the control
+
+
+def test_batches_built_in_shared_memory_that_need_cloudpickle_arrive_whole() -> None:
+    before = len(_rings())
+    ds = grain.MapDataset.range(40).map(_with_lambda).to_iter_dataset().batch(4)
+    seen: list[int] = []
+    with iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2))) as it:
+        for batch in it:  # each worker batches its own elements
+            assert batch["image"].shape == (4, 1 << 17)
+            assert batch["image"][:, -1].tolist() == [scale(1) for scale in batch["scale"]]
+            seen += batch["image"][:, 0].tolist()
+        assert len(_rings()) - before <= 4
+    assert sorted(seen) == list(range(40))
 
 
 def _fails_at_13(x: int) -> int:

@@ -165,6 +165,24 @@ def test_progress_shows_a_bar(
     assert "40" in capsys.readouterr().err
 
 
+def test_a_progress_bar_leaves_no_thread_running(tmp_path: Path) -> None:
+    script = (
+        "import sys, threading\n"
+        "from chute._sources.array_record_writer import write_array_record\n"
+        "write_array_record([b'x'] * 40, sys.argv[1], progress=True)\n"
+        "print([t.name for t in threading.enumerate()])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['MainThread']"  # workers forked later are safe
+
+
 # -- batched and concurrent reads -------------------------------------------------------------
 
 

@@ -19,6 +19,15 @@ from chute.experimental import assert_equal_output_after_checkpoint
 
 datasets = pytest.importorskip("datasets")
 
+
+@pytest.fixture(autouse=True)
+def _no_tqdm_monitor_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """datasets makes (hidden) tqdm bars while it formats rows; tqdm's monitor thread would
+    outlive the test, and later tests could not fork their workers."""
+    tqdm = pytest.importorskip("tqdm")
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)
+
+
 N = 23
 
 

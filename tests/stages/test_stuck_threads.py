@@ -15,10 +15,11 @@ from chute.experimental import ThreadPrefetchIterDataset
 
 
 class Stuck:
-    """Reads past the first record never return; ``stuck`` is set when one starts."""
+    """Reads past the first record wait for ``release``; ``stuck`` is set when one starts."""
 
     def __init__(self) -> None:
         self.stuck = threading.Event()
+        self.release = threading.Event()
 
     def __len__(self) -> int:
         return 1000
@@ -26,19 +27,27 @@ class Stuck:
     def __getitem__(self, index: int) -> int:
         if index >= 1:
             self.stuck.set()
-            threading.Event().wait()
+            self.release.wait()
         return index
 
 
 def test_close_returns_and_names_the_stuck_stage(caplog: pytest.LogCaptureFixture) -> None:
+    before = set(threading.enumerate())
     source = Stuck()
-    read = MapDataset.source(source).to_iter_dataset()
-    it = iter(ThreadPrefetchIterDataset(read, prefetch_buffer_size=4))
-    assert next(it) == 0
-    assert source.stuck.wait(timeout=30)
-    with caplog.at_level(logging.WARNING, logger="chute"):
-        it.close()
-    assert any("thread_prefetch" in r.getMessage() for r in caplog.records)
+    try:
+        read = MapDataset.source(source).to_iter_dataset()
+        it = iter(ThreadPrefetchIterDataset(read, prefetch_buffer_size=4))
+        assert next(it) == 0
+        assert source.stuck.wait(timeout=30)
+        with caplog.at_level(logging.WARNING, logger="chute"):
+            it.close()
+        assert any("thread_prefetch" in r.getMessage() for r in caplog.records)
+    finally:  # the read returns at last: the thread that was stuck in it ends
+        source.release.set()
+        started = set(threading.enumerate()) - before
+        for thread in started:
+            thread.join(timeout=30)
+    assert not [t.name for t in started if t.is_alive()]
 
 
 def test_a_stuck_reading_thread_does_not_keep_the_interpreter_from_exiting() -> None:

@@ -157,6 +157,13 @@ class WriteSlots:
         segment.head[STATE] = BUSY
         return slot, segment.data[:nbytes]
 
+    def release(self, slots: list[int]) -> None:
+        """Marks ``slots`` FREE again: claimed, but named in no message (a failed encode)."""
+        for slot in slots:
+            segment = self.slots.get(slot)
+            if segment is not None:
+                segment.head[STATE] = FREE
+
     def _create(self, nbytes: int) -> tuple[int, Segment]:
         capacity = -(-(nbytes + nbytes // 8 + 1) // _SLOT_ROUNDING) * _SLOT_ROUNDING
         free = sorted(

@@ -23,6 +23,9 @@ Rules for callers:
 * One ``RingReader`` per ``RingWriter``: make the reader in the parent, give
   its ``prefix`` to the worker, make the writer there.
 * Messages may be decoded in any order, or dropped (their slots stay busy).
+  An ``encode`` that raises (plain pickle cannot carry a lambda, say) takes
+  back every slot it claimed, and turns the reserved slots into copies, so
+  the caller can send the same tree with another pickler.
 * Neither side waits for the other: when no free slot fits, the writer makes
   a new one.  Limit how many messages are in flight (credits) to bound
   memory.  Once the reader is closed, ``encode`` raises ``BrokenPipeError``.
@@ -85,7 +88,8 @@ def _rebuild(buffer: Any, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.nd
 class RingSlot:
     """Stands for an array reserved in a slot (``RingWriter.reserve``) in a tree.
 
-    Pickles as that array, and only inside the next ``encode`` of its writer.
+    Pickles as that array, and only inside the next ``encode`` of its writer;
+    if that ``encode`` fails, it holds a copy of the array and pickles it inline.
     """
 
     __slots__ = ("_buffer", "_location", "_view")
@@ -131,15 +135,17 @@ class RingWriter:
         Raises:
             BrokenPipeError: The reader was closed.
         """
-        self._open()
+        slots = self._open()
         table: list[int] = []
         self._table = table
         try:
             payload = pickle.dumps(tree, protocol=5, buffer_callback=self._keep)
+        except BaseException:
+            slots.release(table[::2])  # no message names them: the writer takes them back
+            self._detach_reserved()
+            raise
         finally:
-            for slot in self._reserved.values():
-                slot._buffer = slot._view = None  # type: ignore[assignment]
-            self._reserved.clear()
+            self._spend_reserved(set(table[::2]))
         if not table:
             return _NOTHING + payload
         return struct.pack(f"=Q{len(table)}Q", len(table) // 2, *table) + payload
@@ -194,6 +200,29 @@ class RingWriter:
         if slots.reader_closed():
             raise BrokenPipeError("the RingReader was closed; stop encoding.")
         return slots
+
+    def _detach_reserved(self) -> None:
+        """After a failed encode: each reserved slot becomes a copy that pickles inline.
+
+        So a caller that falls back to another pickler (cloudpickle, for a
+        lambda in the tree) still sends the arrays built in the slots.
+        """
+        reserved = list(self._reserved.values())
+        self._reserved.clear()
+        for slot in reserved:
+            copied = slot._view.copy()
+            slot._buffer, slot._view = pickle.PickleBuffer(copied), copied
+        if self._slots is not None:
+            self._slots.release([slot._location[0] for slot in reserved])
+
+    def _spend_reserved(self, sent: set[int]) -> None:
+        """Reserved slots are spent by ``encode``; those no message names go back at once."""
+        unsent = [s._location[0] for s in self._reserved.values() if s._location[0] not in sent]
+        if unsent and self._slots is not None:
+            self._slots.release(unsent)
+        for slot in self._reserved.values():
+            slot._buffer = slot._view = None  # type: ignore[assignment]
+        self._reserved.clear()
 
     def _keep(self, buffer: pickle.PickleBuffer) -> bool:
         """pickle's buffer callback: True keeps a buffer in the message."""

@@ -71,7 +71,10 @@ def _progress(records: Iterable[Any], show: bool) -> Iterator[Any]:
     except ImportError as exc:
         raise ImportError(f"{_WHAT}(progress=True) needs tqdm: pip install chute[cli]") from exc
     total = len(records) if hasattr(records, "__len__") else None  # type: ignore[arg-type]
-    return iter(tqdm(records, total=total, unit=" records", desc="write_array_record"))
+    # Without tqdm's monitor thread, which would outlive the write and keep this
+    # process from forking its workers (chute then starts them through the fork server).
+    bar = type("Bar", (tqdm,), {"monitor_interval": 0})
+    return iter(bar(records, total=total, unit=" records", desc="write_array_record"))
 
 
 def _sync(path: str) -> None:

@@ -10,8 +10,9 @@ exactly the classes it always did.
 
 Self time: each thread keeps the record it is in and the time its callees
 took, so a stage's time excludes its parents' when they run in the same
-thread.  A stage whose parents run in other threads (a prefetch) is timed
-for how long its consumer waited.  The stages that a worker pool runs are
+thread; each thread adds to its own counts of a record (see ``records``).
+A stage whose parents run in other threads (a prefetch) is timed for how
+long its consumer waited.  The stages that a worker pool runs are
 not timed here: their copy is marked, and each worker times its own copy
 and sends the figures to the parent (``worker_loop``).
 """
@@ -145,7 +146,9 @@ def _timed(
     """
     clock = time.perf_counter_ns
     local = _LOCAL
-    add = record.add
+    mine = record.local  # each thread adds to its own counts: no lock, exact totals
+    new_counts = record.counts
+    due = record.due
 
     def call(self: Any, arg: Any = _NONE) -> Any:
         try:
@@ -155,6 +158,10 @@ def _timed(
         outer = frame[0]
         if outer is record:  # the stage calling itself (``_next_many`` -> ``next``)
             return method(self) if arg is _NONE else method(self, arg)
+        try:
+            counts = mine.counts
+        except AttributeError:
+            counts = new_counts()
         outer_callees = frame[1]
         frame[0] = record
         frame[1] = 0
@@ -163,17 +170,19 @@ def _timed(
             result = method(self) if arg is _NONE else method(self, arg)
         except BaseException:
             end = clock()
-            add(end - start - frame[1], end - start, 0, None, end)
+            counts.add(end - start - frame[1], end - start, 0, None, end)
             frame[0] = outer
             frame[1] = outer_callees + end - start
             raise
         end = clock()
         elapsed = end - start
-        add(elapsed - frame[1], elapsed, counted(result), result, end)
+        counts.add(elapsed - frame[1], elapsed, counted(result), result, end)
         frame[0] = outer
         frame[1] = outer_callees + elapsed
-        if fill is not None and not record.calls & 7:
-            record.fill(*fill(self))
+        if end >= record.deadline_ns:
+            due(end)
+        if fill is not None and not counts.calls & 7:
+            counts.fill(*fill(self))
         return result
 
     call.__name__ = getattr(method, "__name__", "call")

@@ -4,18 +4,25 @@ A record is added to once per call of its stage (an element, or a chunk of
 them) by the timing wrappers of ``instrument``; ``snapshot()`` gives its
 figures as a plain dict, which crosses from worker processes, and
 ``merged`` adds the snapshots of a stage's workers together.
+
+Several threads may call one stage at once (a source read by a pool of
+read-ahead threads).  Each thread adds to its own ``Counts`` of the record
+(``counts()``), without a lock, and ``snapshot()`` merges them: the totals
+are exact whatever the threads do.  Records exist only while tracking is
+on, so an untracked pipeline pays nothing for this.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from chute._execution.performance import element_bytes
 
-__all__ = ["StageRecord", "element_bytes", "merged"]
+__all__ = ["Counts", "StageRecord", "element_bytes", "merged"]
 
-_NO_MIN = 1 << 62  # min_ns before the first element
+_NEVER = 1 << 62  # min_ns before the first element; deadline_ns when none is set
 
 _FIELDS = (
     "calls",
@@ -31,21 +38,20 @@ _FIELDS = (
     "empty",
     "capacity",
 )
+_LARGEST = ("max_ns", "capacity", "last_ns")  # merged by max; min_ns and first_ns by min
 
 
-class StageRecord:
-    """Counters of one stage: calls, elements, self time, sizes and buffer fill."""
+class Counts:
+    """One thread's counters of one stage: calls, elements, self time, sizes, buffer fill."""
 
-    __slots__ = (*_FIELDS, "first_ns", "last_ns", "deadline_ns", "on_deadline")
+    __slots__ = (*_FIELDS, "first_ns", "last_ns")
 
     def __init__(self) -> None:
         self.calls = self.elements = self.self_ns = self.inclusive_ns = self.max_ns = 0
         self.bytes_total = self.bytes_samples = 0
         self.fill_total = self.fill_samples = self.empty = self.capacity = 0
-        self.min_ns = _NO_MIN
-        self.first_ns = self.last_ns = 0
-        self.deadline_ns = 1 << 62  # when to call on_deadline (the outermost stage's only)
-        self.on_deadline: Callable[[int], None] | None = None
+        self.min_ns = self.first_ns = _NEVER
+        self.last_ns = 0
 
     def add(self, own_ns: int, inclusive_ns: int, count: int, result: Any, end_ns: int) -> None:
         """One call: ``own_ns`` in the stage itself, ``count`` elements out in ``result``.
@@ -67,8 +73,6 @@ class StageRecord:
                 self.min_ns = own_ns // count
             if not calls & (calls - 1):
                 self._sample(result)
-        if end_ns >= self.deadline_ns and self.on_deadline is not None:
-            self.on_deadline(end_ns)
 
     def _sample(self, result: Any) -> None:
         if isinstance(result, list):  # a chunk: its first element that is there
@@ -85,11 +89,72 @@ class StageRecord:
         self.empty += held == 0
         self.capacity = capacity
 
+
+class StageRecord:
+    """The counters of one stage: a ``Counts`` per thread that adds, merged on read.
+
+    ``on_deadline(now)`` runs once ``due(now)`` finds ``deadline_ns`` passed
+    (only the outermost stage's record has one); one thread runs it for each
+    deadline, and it sets the next.
+    """
+
+    __slots__ = ("_lock", "_shards", "deadline_ns", "local", "on_deadline")
+
+    def __init__(self) -> None:
+        self.local = threading.local()  # .counts: this thread's Counts, once it has added
+        self._shards: list[Counts] = []
+        self._lock = threading.Lock()
+        self.deadline_ns = _NEVER
+        self.on_deadline: Callable[[int], None] | None = None
+
+    def counts(self) -> Counts:
+        """This thread's counters (``record.local.counts`` once this has been called)."""
+        try:
+            return self.local.counts
+        except AttributeError:
+            counts = self.local.counts = Counts()
+            with self._lock:
+                self._shards.append(counts)
+            return counts
+
+    def add(self, own_ns: int, inclusive_ns: int, count: int, result: Any, end_ns: int) -> None:
+        """``Counts.add`` on this thread's counters, then the deadline."""
+        self.counts().add(own_ns, inclusive_ns, count, result, end_ns)
+        self.due(end_ns)
+
+    def fill(self, held: int, capacity: int) -> None:
+        """``Counts.fill`` on this thread's counters."""
+        self.counts().fill(held, capacity)
+
+    def due(self, now: int) -> None:
+        """Runs ``on_deadline(now)`` if the deadline has passed, in one thread only."""
+        if now < self.deadline_ns or self.on_deadline is None:
+            return
+        with self._lock:
+            if now < self.deadline_ns:
+                return  # another thread took this deadline
+            self.deadline_ns = _NEVER
+        self.on_deadline(now)
+
     def snapshot(self) -> dict[str, int]:
-        """The figures as a plain dict (``merged`` adds such dicts)."""
-        out = {name: getattr(self, name) for name in _FIELDS}
-        out["min_ns"] = -1 if self.min_ns == _NO_MIN else self.min_ns
-        out["wall_ns"] = self.last_ns - self.first_ns if self.calls else 0
+        """The figures of all threads as a plain dict (``merged`` adds such dicts)."""
+        with self._lock:
+            shards = list(self._shards)
+        out = {name: 0 for name in (*_FIELDS, "last_ns")}
+        out["min_ns"] = first = _NEVER
+        for shard in shards:
+            for name in out:
+                value = getattr(shard, name)
+                if name in _LARGEST:
+                    out[name] = max(out[name], value)
+                elif name == "min_ns":
+                    out[name] = min(out[name], value)
+                else:
+                    out[name] += value
+            first = min(first, shard.first_ns)
+        if out["min_ns"] == _NEVER:
+            out["min_ns"] = -1
+        out["wall_ns"] = out.pop("last_ns") - first if out["calls"] else 0
         return out
 
 

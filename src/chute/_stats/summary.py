@@ -167,13 +167,12 @@ def build(collector: Any) -> ExecutionSummary:
     rows = collector.rows()
     work = sum(f["self_ns"] for _, _, f in rows if f is not None and not f["fill_samples"])
     stages = tuple(_stage(node, where, figures, work) for node, where, figures in rows)
-    outer = collector.outer
-    wall = (outer.last_ns - outer.first_ns) / 1e9 if outer.calls else 0.0
+    outer = collector.outer.snapshot()
     summary = ExecutionSummary(
         stages=stages,
-        wall_seconds=wall,
-        wait_seconds=outer.inclusive_ns / 1e9,
-        elements=outer.elements,
+        wall_seconds=outer["wall_ns"] / 1e9,
+        wait_seconds=outer["inclusive_ns"] / 1e9,
+        elements=outer["elements"],
         workers=collector.worker_count(),
         cpu_count=usable_cores(),
         verdict="",
