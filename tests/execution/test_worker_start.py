@@ -43,7 +43,7 @@ def test_auto_uses_the_fork_server_while_other_threads_run(
     monkeypatch: pytest.MonkeyPatch, busy_thread: None
 ) -> None:
     monkeypatch.delenv(processes.START_ENV, raising=False)
-    assert processes.fork_unsafe_reason() == "2 threads are running"
+    assert (processes.fork_unsafe_reason() or "").startswith("2 threads are running (")
     it = iter(grain.MapDataset.range(8).to_iter_dataset().mp_prefetch(MultiprocessingOptions(2)))
     assert [w.start_method for w in it._parents] == ["forkserver", "forkserver"]
     assert list(it) == list(range(8))

@@ -6,7 +6,6 @@ leaves) or a bucket (``s3://``, ``gs://``, ``az://``: see ``convert_bucket``).""
 from __future__ import annotations
 
 import argparse
-import importlib
 import itertools
 import os
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from chute._cli.errors import ARRAY_RECORD_MODULE, CliError, need
 from chute._cli.manifest import Found, describe_input, plan
 from chute._cli.readers import FORMATS, READERS, detect_format, notes, resolve_inputs
 from chute._cli.records import SERIALIZERS, encoder
+from chute._core.progress import bar_type
 from chute._sources.array_record_index import SUFFIX
 
 __all__ = ["register", "run", "shard_paths"]
@@ -118,11 +118,8 @@ class _Progress:
     def _bar(self) -> Any:
         if self.hide:
             return None
-        try:
-            tqdm = importlib.import_module("tqdm").tqdm
-        except ImportError:
-            return None
-        return tqdm(total=self.total, unit=" records", disable=None)
+        bar = bar_type()
+        return None if bar is None else bar(total=self.total, unit=" records", disable=None)
 
 
 def _first_and_rest(records: Iterator[bytes], source: str) -> Iterator[bytes]:

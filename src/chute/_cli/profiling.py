@@ -11,12 +11,12 @@ stages its workers run.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import sys
 import time
 from typing import Any
 
 from chute._cli.target import UserCodeError
+from chute._core.progress import bar_type
 
 __all__ = ["Progress", "options_text", "read_tracked", "suggestion"]
 
@@ -31,13 +31,9 @@ class Progress:
         self.total, self.bar, self.shown_at = total, None, 0.0
         self.on = bool(getattr(self.stream, "isatty", lambda: False)())
         if self.on:
-            try:
-                tqdm = importlib.import_module("tqdm").tqdm
-            except ImportError:
-                return
-            # No monitor thread: with a thread running, workers could not be forked.
-            bar_type = type("Bar", (tqdm,), {"monitor_interval": 0})
-            self.bar = bar_type(total=total, unit=" elements", file=self.stream, leave=False)
+            bar = bar_type()
+            if bar is not None:
+                self.bar = bar(total=total, unit=" elements", file=self.stream, leave=False)
 
     def update(self, count: int) -> None:
         """``count`` elements have been read."""

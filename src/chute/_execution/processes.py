@@ -72,9 +72,10 @@ def fork_unsafe_reason() -> str | None:
     """Why forking this process now could deadlock or break a runtime; None if it is safe."""
     if not sys.platform.startswith("linux"):
         return f"fork is only used on Linux (this is {sys.platform})"
-    threads = threading.active_count()
-    if threads > 1:
-        return f"{threads} threads are running"
+    threads = threading.enumerate()
+    if len(threads) > 1:
+        others = ", ".join(t.name for t in threads if t is not threading.current_thread())
+        return f"{len(threads)} threads are running ({others})"
     bridge = sys.modules.get("jax._src.xla_bridge")
     if bridge is not None and getattr(bridge, "_backends", True):
         return "JAX's runtime is initialised"

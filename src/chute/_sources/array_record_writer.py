@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+from chute._core.progress import bar_type
 from chute._core.validate import check_int
 
 __all__ = ["write_array_record"]
@@ -66,14 +67,10 @@ def _encoder(serializer: Callable[[Any], bytes] | None) -> Callable[[Any, int], 
 def _progress(records: Iterable[Any], show: bool) -> Iterator[Any]:
     if not show:
         return iter(records)
-    try:
-        from tqdm.auto import tqdm
-    except ImportError as exc:
-        raise ImportError(f"{_WHAT}(progress=True) needs tqdm: pip install chute[cli]") from exc
+    bar = bar_type()
+    if bar is None:
+        raise ImportError(f"{_WHAT}(progress=True) needs tqdm: pip install chute[cli]")
     total = len(records) if hasattr(records, "__len__") else None  # type: ignore[arg-type]
-    # Without tqdm's monitor thread, which would outlive the write and keep this
-    # process from forking its workers (chute then starts them through the fork server).
-    bar = type("Bar", (tqdm,), {"monitor_interval": 0})
     return iter(bar(records, total=total, unit=" records", desc="write_array_record"))
 
 
