@@ -18,13 +18,13 @@ The facts relied on (Riegeli's ``doc/riegeli_records_file_format.md``):
   compressed buffer starts with its decompressed size as a varint (for Snappy
   the raw, unframed format follows; checked against files array_record wrote).
 
-Everything that can be checked cheaply is: block and chunk header hashes, each
-block header's distance back to its chunk, sizes against the bytes present,
-decompressed sizes, record sizes against ``decoded_data_size``.  A chunk's data
-hash costs about 5 us per 32 bytes in Python, so ``decode_chunk`` checks it only
-when asked (the footer always is).  ``decode_chunks`` decodes a batch of chunks and
-hashes all their headers in one vectorised call (``_highway_hash_many``).  Failures
-raise ``ArrayRecordFormatError`` naming the file and the offset.
+Everything is checked, as array_record's own reader does: block and chunk header
+hashes, each block header's distance back to its chunk, the hash of each chunk's
+data, sizes against the bytes present, decompressed sizes, record sizes against
+``decoded_data_size``.  ``decode_chunks`` decodes a batch of chunks and hashes all
+their headers in one call, then all their data in another (``checksums``: compiled
+where built, else NumPy in lock-step); ``verify_data=False`` skips the data hashes.
+Failures raise ``ArrayRecordFormatError`` naming the file and the offset.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._sources._highway_hash import highway_hash64
-from chute._sources._highway_hash_many import highway_hash64_many
+from chute._sources.checksums import hash_each
 
 __all__ = [
     "BLOCK_SIZE",
@@ -53,7 +52,6 @@ BLOCK_HEADER_SIZE = 24
 CHUNK_HEADER_SIZE = 40
 _SIMPLE, _TRANSPOSED = ord("r"), ord("t")
 _EXTRA = "chute[remote]"
-_MANY = 4  # headers from which hashing them together is faster than one by one
 
 
 class ArrayRecordFormatError(ValueError):
@@ -180,25 +178,40 @@ def _strip_block_headers(raw: bytes, begin: int, where: str, headers: list[bytes
 
 def _first_bad_hash(headers: list[bytes], payload: slice) -> int | None:
     """The position of the first header whose hash (its first 8 bytes) is not that of
-    its ``payload`` bytes, or ``None``; hashed all at once where there are many."""
-    if len(headers) < _MANY:
-        for i, header in enumerate(headers):
-            if highway_hash64(header[payload]) != struct.unpack_from("<Q", header)[0]:
-                return i
-        return None
-    rows = np.frombuffer(b"".join(headers), np.uint8).reshape(len(headers), -1)
-    expected = rows[:, :8].copy().view("<u8")[:, 0]
-    bad = np.flatnonzero(highway_hash64_many(rows[:, payload]) != expected)
-    return int(bad[0]) if len(bad) else None
+    its ``payload`` bytes, or ``None``; all hashed in one call."""
+    hashes = hash_each([memoryview(header)[payload] for header in headers])
+    for i, (header, value) in enumerate(zip(headers, hashes)):
+        if value != struct.unpack_from("<Q", header)[0]:
+            return i
+    return None
+
+
+def _first_bad_data(stripped: list[bytes]) -> int | None:
+    """The position of the first chunk whose data (after its header) does not hash to the
+    header's ``data_hash``, or ``None``; all hashed in one call.  A chunk whose data is
+    cut short is left to ``_decode_body`` to report."""
+    bodies, expected, where = [], [], []
+    for k, data in enumerate(stripped):
+        size, data_hash = struct.unpack_from("<QQ", data, 8)
+        body = memoryview(data)[CHUNK_HEADER_SIZE : CHUNK_HEADER_SIZE + size]
+        if len(body) == size:
+            bodies.append(body)
+            expected.append(data_hash)
+            where.append(k)
+    for k, value, wanted in zip(where, hash_each(bodies), expected):
+        if value != wanted:
+            return k
+    return None
 
 
 def decode_chunk(
-    raw: bytes, begin: int, where: str, *, verify_data: bool = False, records: int | None = None
+    raw: bytes, begin: int, where: str, *, verify_data: bool = True, records: int | None = None
 ) -> DecodedChunk:
     """The records of the simple chunk whose bytes (block headers included) start at ``begin``.
 
     ``where`` names the file in errors; ``records``, when given, is the number
-    of records the footer promised for this chunk.
+    of records the footer promised for this chunk; ``verify_data=False`` skips the
+    hash of the chunk's data (its headers' hashes are always checked).
     """
     return decode_chunks([(raw, begin, records)], where, verify_data=verify_data)[0]
 
@@ -207,7 +220,7 @@ def decode_chunks(
     chunks: Sequence[tuple[bytes, int, int | None]],
     where: str | Sequence[str],
     *,
-    verify_data: bool = False,
+    verify_data: bool = True,
 ) -> list[DecodedChunk]:
     """``decode_chunk`` for each ``(raw, begin, records)``, their header hashes checked at once.
 
@@ -239,15 +252,23 @@ def decode_chunks(
             f"{names[bad]}: chunk at offset {chunks[bad][1]}: the chunk header is corrupted "
             "(hash mismatch)."
         )
+    bad = _first_bad_data(stripped) if verify_data else None
+    if bad is not None:
+        count = struct.unpack_from("<Q", stripped[bad], 24)[0] >> 8
+        raise ArrayRecordFormatError(
+            f"{names[bad]}: chunk at offset {chunks[bad][1]}: the chunk data is corrupted "
+            f"(its hash does not match), so none of its {count} records is returned. The "
+            "file is damaged: restore it from a good copy or write it again."
+        )
     return [
-        _decode_body(data, f"{name}: chunk at offset {begin}", verify_data, records)
+        _decode_body(data, f"{name}: chunk at offset {begin}", records)
         for data, (_, begin, records), name in zip(stripped, chunks, names)
     ]
 
 
-def _decode_body(data: bytes, where: str, verify_data: bool, records: int | None) -> DecodedChunk:
-    """The records of a chunk whose header (hash checked) starts ``data``."""
-    _, size, data_hash, type_and_count, decoded_size = struct.unpack_from("<5Q", data)
+def _decode_body(data: bytes, where: str, records: int | None) -> DecodedChunk:
+    """The records of a chunk whose header (and data, where asked) hashes were checked."""
+    _, size, _, type_and_count, decoded_size = struct.unpack_from("<5Q", data)
     kind, count = type_and_count & 0xFF, type_and_count >> 8
     body = memoryview(data)[CHUNK_HEADER_SIZE : CHUNK_HEADER_SIZE + size]
     if len(body) != size:
@@ -255,8 +276,6 @@ def _decode_body(data: bytes, where: str, verify_data: bool, records: int | None
             f"{where}: the chunk holds {size} bytes of data but only {len(body)} are present "
             "(file truncated?)."
         )
-    if verify_data and highway_hash64(body) != data_hash:
-        raise ArrayRecordFormatError(f"{where}: the chunk data is corrupted (hash mismatch).")
     if kind == _TRANSPOSED:
         raise ArrayRecordFormatError(
             f"{where}: transposed chunks (written with the 'transpose' option) are not "
