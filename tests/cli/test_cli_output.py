@@ -86,7 +86,7 @@ def test_version_prints_the_package_version_and_which_checksum_runs(
         status, out, _ = run_cli(capsys, "--version")
     finally:
         checksums.use_compiled(previous)
-    assert status == 0 and "(ArrayRecord checksums: NumPy (" in out
+    assert status == 0 and "(ArrayRecord checksums: NumPy, " in out
 
 
 def test_inspect_summarises_arrays_by_dtype_shape_and_range(

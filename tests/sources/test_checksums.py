@@ -34,16 +34,31 @@ def _compiled() -> Any:
     return checksums._COMPILED
 
 
-def test_compiled_hash_equals_the_python_reference_for_lengths_0_to_300_and_large() -> None:
+@pytest.mark.parametrize("simd", [True, False], ids=["simd", "portable"])
+def test_compiled_hash_equals_the_python_reference_for_lengths_0_to_300_and_large(
+    simd: bool,
+) -> None:
     compiled = _compiled()
-    messages = _inputs(0)
-    reference = [highway_hash64(m) for m in messages]
-    assert [compiled.hash64(m, RIEGELI_KEY) for m in messages] == reference
-    assert compiled.hash64_each(messages, RIEGELI_KEY) == reference
-    rng = random.Random(1)
-    for message in messages[::7]:
-        key = tuple(rng.getrandbits(64) for _ in range(4))
-        assert compiled.hash64(message, key) == highway_hash64(message, key)
+    if simd and compiled.CPU != "avx2":
+        pytest.skip("this CPU has no AVX2: the portable packet loop is the only one")
+    previous = compiled.use_simd(simd)
+    try:
+        messages = _inputs(0)
+        reference = [highway_hash64(m) for m in messages]
+        assert [compiled.hash64(m, RIEGELI_KEY) for m in messages] == reference
+        lengths = np.array([len(m) for m in messages], np.int64)
+        ranges = compiled.hash64_ranges(messages, RIEGELI_KEY, 0, lengths)
+        assert np.frombuffer(ranges, np.uint64).tolist() == reference
+        inner = compiled.hash64_ranges(messages[3:], RIEGELI_KEY, 3, lengths[3:] - 3)
+        assert np.frombuffer(inner, np.uint64).tolist() == [
+            highway_hash64(m[3:]) for m in messages[3:]
+        ]
+        rng = random.Random(1)
+        for message in messages[::7]:
+            key = tuple(rng.getrandbits(64) for _ in range(4))
+            assert compiled.hash64(message, key) == highway_hash64(message, key)
+    finally:
+        compiled.use_simd(previous)
 
 
 def test_numpy_lockstep_hash_equals_the_python_reference_for_lengths_0_to_300_and_large() -> None:
@@ -74,14 +89,21 @@ def test_every_implementation_gives_the_same_hashes(messages: list[bytes]) -> No
         checksums.use_compiled(previous)
 
 
-def test_the_compiled_hash_refuses_what_is_not_bytes() -> None:
+def test_the_compiled_hash_refuses_bad_arguments_with_a_reason() -> None:
     compiled = _compiled()
+    one = np.array([2], np.int64)
     with pytest.raises(TypeError):
         compiled.hash64("text", RIEGELI_KEY)
     with pytest.raises(TypeError):
-        compiled.hash64_each([b"ok", 3], RIEGELI_KEY)
+        compiled.hash64_ranges([3], RIEGELI_KEY, 0, one)
     with pytest.raises(ValueError, match="4 integers"):
         compiled.hash64(b"", (1, 2, 3))
+    with pytest.raises(ValueError, match="holds 3 bytes, not the 2 to 4"):
+        compiled.hash64_ranges([b"abc"], RIEGELI_KEY, 2, one)
+    with pytest.raises(ValueError, match="int64 array of one length per buffer"):
+        compiled.hash64_ranges([b"abc", b"d"], RIEGELI_KEY, 0, one)
+    with pytest.raises(ValueError, match="int64"):
+        compiled.hash64_ranges([b"abc"], RIEGELI_KEY, 0, one.astype(np.int32))
 
 
 def test_the_extension_is_built_wherever_a_c_compiler_exists() -> None:
@@ -105,9 +127,9 @@ def test_an_environment_variable_forces_the_numpy_fallback() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
-        f"NumPy ({checksums.ENV}=numpy)",
+        f"NumPy, {checksums.ENV}=numpy",
         f"chute {__import__('chute').__version__} (ArrayRecord checksums: "
-        f"NumPy ({checksums.ENV}=numpy))",
+        f"NumPy, {checksums.ENV}=numpy)",
     ]
 
 

@@ -5,15 +5,24 @@
  * tests compare it with): a state of four 64-bit lanes in each of v0, v1, mul0
  * and mul1; each 32-byte packet is added into v1 and mixed by 32x32->64-bit
  * multiplications and a byte "zipper merge"; a last partial packet is padded in
- * a fixed pattern; four permuting rounds finish.  Portable C (no intrinsics):
- * the compiler vectorises the four lanes where it can.
+ * a fixed pattern; four permuting rounds finish.
+ *
+ * The packets go through AVX2 (the four lanes one 256-bit register each, the
+ * zipper merge one byte shuffle) where the CPU has it, else through portable C;
+ * the padded last packet and the finish are portable C always.
  *
  * Optional: setup.py builds it with ``optional=True``, and chute falls back to
  * NumPy (``_highway_hash_many``) where it is not built.
  *
  * Python API (``chute._sources._highway_hash_c``):
- *   hash64(data, key) -> int            data: any contiguous buffer; key: 4 ints
- *   hash64_each(buffers, key) -> list   one hash per buffer, the GIL released
+ *   hash64(data, key) -> int
+ *       data: any contiguous buffer; key: 4 integers of 64 bits.
+ *   hash64_ranges(buffers, key, begin, lengths) -> bytes
+ *       the hash of buffers[i][begin : begin + lengths[i]] for each i, as native
+ *       uint64 values; lengths: a buffer of int64 (a NumPy array); the GIL is
+ *       released while it hashes.
+ *   CPU: "avx2" where the packets can go through AVX2, else "portable";
+ *   use_simd(on) -> bool: AVX2 on (where the CPU has it) or off; the previous setting.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -21,7 +30,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Inputs from this size on are hashed with the GIL released. */
+/* Inputs of this many bytes or more (in all) are hashed with the GIL released. */
 #define RELEASE_GIL_BYTES 4096
 
 static const uint64_t INIT0[4] = {0xdbe6d5d5fe4cce2fULL, 0xa4093822299f31d0ULL,
@@ -91,6 +100,89 @@ static inline void update_packet(State *s, const unsigned char *p) {
     update(s, lanes);
 }
 
+static void packets_portable(State *s, const unsigned char *p, size_t count) {
+    State local = *s; /* a copy the input cannot alias: it stays in registers */
+    for (size_t k = 0; k < count; k++) update_packet(&local, p + 32 * k);
+    *s = local;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define CHUTE_AVX2 1
+
+/* Output byte j of each 16-byte lane pair takes input byte ZIP[j] of the pair. */
+#define ZIP_MASK                                                                            \
+    _mm256_setr_epi8(3, 12, 2, 5, 14, 1, 15, 0, 11, 4, 10, 13, 9, 6, 8, 7, 3, 12, 2, 5, 14, 1, \
+                     15, 0, 11, 4, 10, 13, 9, 6, 8, 7)
+
+/* The state in registers: v0, v1, mul0, mul1, each four lanes. */
+typedef struct {
+    __m256i v0, v1, mul0, mul1;
+} Lanes;
+
+__attribute__((target("avx2"))) static inline Lanes lanes_load(const State *s) {
+    Lanes r = {_mm256_loadu_si256((const __m256i *)s->v0),
+               _mm256_loadu_si256((const __m256i *)s->v1),
+               _mm256_loadu_si256((const __m256i *)s->mul0),
+               _mm256_loadu_si256((const __m256i *)s->mul1)};
+    return r;
+}
+
+__attribute__((target("avx2"))) static inline void lanes_store(const Lanes *r, State *s) {
+    _mm256_storeu_si256((__m256i *)s->v0, r->v0);
+    _mm256_storeu_si256((__m256i *)s->v1, r->v1);
+    _mm256_storeu_si256((__m256i *)s->mul0, r->mul0);
+    _mm256_storeu_si256((__m256i *)s->mul1, r->mul1);
+}
+
+/* The same update as ``update``, on registers. */
+__attribute__((target("avx2"))) static inline void lanes_update(Lanes *r, const unsigned char *p,
+                                                                __m256i zip) {
+    __m256i packet = _mm256_loadu_si256((const __m256i *)p);
+    r->v1 = _mm256_add_epi64(r->v1, _mm256_add_epi64(r->mul0, packet));
+    r->mul0 = _mm256_xor_si256(r->mul0, _mm256_mul_epu32(r->v1, _mm256_srli_epi64(r->v0, 32)));
+    r->v0 = _mm256_add_epi64(r->v0, r->mul1);
+    r->mul1 = _mm256_xor_si256(r->mul1, _mm256_mul_epu32(r->v0, _mm256_srli_epi64(r->v1, 32)));
+    r->v0 = _mm256_add_epi64(r->v0, _mm256_shuffle_epi8(r->v1, zip));
+    r->v1 = _mm256_add_epi64(r->v1, _mm256_shuffle_epi8(r->v0, zip));
+}
+
+__attribute__((target("avx2"))) static void packets_avx2(State *s, const unsigned char *p,
+                                                         size_t count) {
+    const __m256i zip = ZIP_MASK;
+    Lanes r = lanes_load(s);
+    for (size_t k = 0; k < count; k++) lanes_update(&r, p + 32 * k, zip);
+    lanes_store(&r, s);
+}
+
+/* Two inputs' packets in turn: their chains of dependent steps overlap in the CPU. */
+__attribute__((target("avx2"))) static void packets_avx2_x2(State *s, const unsigned char *p,
+                                                            State *t, const unsigned char *q,
+                                                            size_t count) {
+    const __m256i zip = ZIP_MASK;
+    Lanes r = lanes_load(s), u = lanes_load(t);
+    for (size_t k = 0; k < count; k++) {
+        lanes_update(&r, p + 32 * k, zip);
+        lanes_update(&u, q + 32 * k, zip);
+    }
+    lanes_store(&r, s);
+    lanes_store(&u, t);
+}
+#endif
+
+/* Set at import: whether the CPU runs AVX2, and whether packets go through it. */
+static int has_avx2 = 0, use_avx2 = 0;
+
+static void packets(State *s, const unsigned char *p, size_t count) {
+#ifdef CHUTE_AVX2
+    if (use_avx2) {
+        packets_avx2(s, p, count);
+        return;
+    }
+#endif
+    packets_portable(s, p, count);
+}
+
 /* Each 32-bit half of x rotated left by n (0 < n < 32). */
 static inline uint64_t rot32(uint64_t x, unsigned n) {
     uint32_t lo = (uint32_t)x, hi = (uint32_t)(x >> 32);
@@ -118,18 +210,42 @@ static void update_remainder(State *s, const unsigned char *tail, size_t rest) {
     update_packet(s, packet);
 }
 
+/* The hash, once every whole packet of the input (``size`` bytes) is in the state. */
+static uint64_t finish(State *s, const unsigned char *data, size_t size) {
+    size_t full = size - size % 32;
+    if (size > full) update_remainder(s, data + full, size - full);
+    for (int round = 0; round < 4; round++) {
+        uint64_t permuted[4] = {swap32(s->v0[2]), swap32(s->v0[3]), swap32(s->v0[0]),
+                                swap32(s->v0[1])};
+        update(s, permuted);
+    }
+    return s->v0[0] + s->v1[0] + s->mul0[0] + s->mul1[0];
+}
+
 static uint64_t highway_hash64(const unsigned char *data, size_t size, const uint64_t key[4]) {
     State s;
     reset(&s, key);
-    size_t full = size - size % 32;
-    for (size_t at = 0; at < full; at += 32) update_packet(&s, data + at);
-    if (size > full) update_remainder(&s, data + full, size - full);
-    for (int round = 0; round < 4; round++) {
-        uint64_t permuted[4] = {swap32(s.v0[2]), swap32(s.v0[3]), swap32(s.v0[0]),
-                                swap32(s.v0[1])};
-        update(&s, permuted);
+    packets(&s, data, size / 32);
+    return finish(&s, data, size);
+}
+
+/* Two inputs at once: with AVX2, their packets in turn while both have some. */
+static void highway_hash64_x2(const unsigned char *a, size_t size_a, const unsigned char *b,
+                              size_t size_b, const uint64_t key[4], uint64_t out[2]) {
+    State s, t;
+    reset(&s, key);
+    reset(&t, key);
+    size_t both = 0;
+#ifdef CHUTE_AVX2
+    if (use_avx2) {
+        both = size_a < size_b ? size_a / 32 : size_b / 32;
+        packets_avx2_x2(&s, a, &t, b, both);
     }
-    return s.v0[0] + s.v1[0] + s.mul0[0] + s.mul1[0];
+#endif
+    packets(&s, a + 32 * both, size_a / 32 - both);
+    packets(&t, b + 32 * both, size_b / 32 - both);
+    out[0] = finish(&s, a, size_a);
+    out[1] = finish(&t, b, size_b);
 }
 
 /* -- Python bindings ------------------------------------------------------------------ */
@@ -179,55 +295,108 @@ static void release_all(Py_buffer *views, Py_ssize_t count) {
     PyMem_Free(views);
 }
 
-static PyObject *py_hash64_each(PyObject *self, PyObject *args) {
+static void hash_ranges(const Py_buffer *views, Py_ssize_t n, Py_ssize_t begin,
+                        const int64_t *lengths, const uint64_t key[4], unsigned char *out) {
+    Py_ssize_t i = 0;
+    for (; i + 1 < n; i += 2) {
+        uint64_t h[2];
+        highway_hash64_x2((const unsigned char *)views[i].buf + begin, (size_t)lengths[i],
+                          (const unsigned char *)views[i + 1].buf + begin,
+                          (size_t)lengths[i + 1], key, h);
+        memcpy(out + 8 * i, h, 16);
+    }
+    if (i < n) {
+        uint64_t h = highway_hash64((const unsigned char *)views[i].buf + begin,
+                                    (size_t)lengths[i], key);
+        memcpy(out + 8 * i, &h, 8);
+    }
+}
+
+/* The lengths buffer as int64 values, or NULL with an exception set. */
+static const int64_t *int64_lengths(Py_buffer *view, Py_ssize_t n) {
+    const char *f = view->format ? view->format : "B";
+    char kind = f[strlen(f) - 1];
+    if (view->itemsize != 8 || (kind != 'q' && kind != 'l') || view->len / 8 != n) {
+        PyErr_Format(PyExc_ValueError,
+                     "lengths must be an int64 array of one length per buffer (%zd buffers)", n);
+        return NULL;
+    }
+    return (const int64_t *)view->buf;
+}
+
+static PyObject *py_hash64_ranges(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *buffers, *key_obj, *seq, *out = NULL;
+    PyObject *buffers, *key_obj, *lengths_obj, *seq, *out = NULL;
+    Py_ssize_t begin, n, got = 0, total = 0;
+    Py_buffer lengths_view, *views = NULL;
     uint64_t key[4];
-    if (!PyArg_ParseTuple(args, "OO:hash64_each", &buffers, &key_obj)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOnO:hash64_ranges", &buffers, &key_obj, &begin, &lengths_obj))
+        return NULL;
     if (parse_key(key_obj, key) < 0) return NULL;
+    if (begin < 0) return PyErr_Format(PyExc_ValueError, "begin must be >= 0 (got %zd)", begin);
     seq = PySequence_Fast(buffers, "buffers must be a sequence of bytes-like objects");
     if (seq == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0, total = 0;
-    Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(Py_buffer));
-    uint64_t *hashes = PyMem_Calloc(n ? (size_t)n : 1, sizeof(uint64_t));
-    if (views == NULL || hashes == NULL) {
-        PyErr_NoMemory();
-        goto done;
+    if (PyObject_GetBuffer(lengths_obj, &lengths_view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        Py_DECREF(seq);
+        return NULL;
+    }
+    n = PySequence_Fast_GET_SIZE(seq);
+    const int64_t *lengths = int64_lengths(&lengths_view, n);
+    if (lengths == NULL) goto done;
+    views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(Py_buffer));
+    out = PyBytes_FromStringAndSize(NULL, 8 * n);
+    if (views == NULL || out == NULL) {
+        if (views == NULL) PyErr_NoMemory();
+        goto fail;
     }
     for (; got < n; got++) {
         PyObject *item = PySequence_Fast_GET_ITEM(seq, got);
-        if (PyObject_GetBuffer(item, &views[got], PyBUF_C_CONTIGUOUS) < 0) goto done;
-        total += views[got].len;
+        if (PyObject_GetBuffer(item, &views[got], PyBUF_C_CONTIGUOUS) < 0) goto fail;
+        if (lengths[got] < 0 || begin + lengths[got] > views[got].len) {
+            PyErr_Format(PyExc_ValueError,
+                         "buffer %zd holds %zd bytes, not the %zd to %zd asked for", got,
+                         views[got].len, begin, begin + (Py_ssize_t)lengths[got]);
+            got++;
+            goto fail;
+        }
+        total += (Py_ssize_t)lengths[got];
     }
+    unsigned char *hashes = (unsigned char *)PyBytes_AS_STRING(out);
     if (total >= RELEASE_GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++)
-            hashes[i] = highway_hash64(views[i].buf, (size_t)views[i].len, key);
+        hash_ranges(views, n, begin, lengths, key, hashes);
         Py_END_ALLOW_THREADS
     } else {
-        for (Py_ssize_t i = 0; i < n; i++)
-            hashes[i] = highway_hash64(views[i].buf, (size_t)views[i].len, key);
+        hash_ranges(views, n, begin, lengths, key, hashes);
     }
-    out = PyList_New(n);
-    for (Py_ssize_t i = 0; out != NULL && i < n; i++) {
-        PyObject *value = PyLong_FromUnsignedLongLong(hashes[i]);
-        if (value == NULL) Py_CLEAR(out);
-        else PyList_SET_ITEM(out, i, value);
-    }
+    goto done;
+fail:
+    Py_CLEAR(out);
 done:
     if (views != NULL) release_all(views, got);
-    PyMem_Free(hashes);
+    PyBuffer_Release(&lengths_view);
     Py_DECREF(seq);
     return out;
+}
+
+static PyObject *py_use_simd(PyObject *self, PyObject *arg) {
+    (void)self;
+    int on = PyObject_IsTrue(arg), previous = use_avx2;
+    if (on < 0) return NULL;
+    use_avx2 = on && has_avx2;
+    return PyBool_FromLong(previous);
 }
 
 static PyMethodDef methods[] = {
     {"hash64", py_hash64, METH_VARARGS,
      "hash64(data, key) -> int: the HighwayHash-64 of a bytes-like object under a key of "
      "4 64-bit integers."},
-    {"hash64_each", py_hash64_each, METH_VARARGS,
-     "hash64_each(buffers, key) -> list[int]: hash64 of each bytes-like object, hashed "
-     "with the GIL released."},
+    {"hash64_ranges", py_hash64_ranges, METH_VARARGS,
+     "hash64_ranges(buffers, key, begin, lengths) -> bytes: the hash of "
+     "buffers[i][begin:begin + lengths[i]] for each i, as native uint64 values."},
+    {"use_simd", py_use_simd, METH_O,
+     "use_simd(on) -> bool: hash packets with AVX2 (where the CPU has it) or not; returns "
+     "the previous setting."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -239,4 +408,14 @@ static struct PyModuleDef module = {
     .m_methods = methods,
 };
 
-PyMODINIT_FUNC PyInit__highway_hash_c(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__highway_hash_c(void) {
+#ifdef CHUTE_AVX2
+    __builtin_cpu_init();
+    has_avx2 = __builtin_cpu_supports("avx2") ? 1 : 0;
+#endif
+    use_avx2 = has_avx2;
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddStringConstant(m, "CPU", has_avx2 ? "avx2" : "portable") < 0)
+        Py_CLEAR(m);
+    return m;
+}

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._sources.checksums import hash_each
+from chute._sources.checksums import hash_ranges
 
 __all__ = [
     "BLOCK_SIZE",
@@ -176,32 +176,25 @@ def _strip_block_headers(raw: bytes, begin: int, where: str, headers: list[bytes
     return b"".join(pieces)
 
 
-def _first_bad_hash(headers: list[bytes], payload: slice) -> int | None:
-    """The position of the first header whose hash (its first 8 bytes) is not that of
-    its ``payload`` bytes, or ``None``; all hashed in one call."""
-    hashes = hash_each([memoryview(header)[payload] for header in headers])
-    for i, (header, value) in enumerate(zip(headers, hashes)):
-        if value != struct.unpack_from("<Q", header)[0]:
-            return i
-    return None
+def _first_bad(buffers: list[bytes], begin: int, lengths: np.ndarray, expected: np.ndarray,
+               skip: np.ndarray | None = None) -> int | None:  # fmt: skip
+    """The position of the first of ``buffers`` whose bytes ``begin : begin + length`` do
+    not hash to ``expected`` (``skip`` marks those not to judge), or ``None``; all hashed
+    in one call."""
+    if not buffers:
+        return None
+    wrong = hash_ranges(buffers, begin, lengths) != expected
+    bad = np.flatnonzero(wrong if skip is None else wrong & ~skip)
+    return int(bad[0]) if len(bad) else None
 
 
-def _first_bad_data(stripped: list[bytes]) -> int | None:
-    """The position of the first chunk whose data (after its header) does not hash to the
-    header's ``data_hash``, or ``None``; all hashed in one call.  A chunk whose data is
-    cut short is left to ``_decode_body`` to report."""
-    bodies, expected, where = [], [], []
-    for k, data in enumerate(stripped):
-        size, data_hash = struct.unpack_from("<QQ", data, 8)
-        body = memoryview(data)[CHUNK_HEADER_SIZE : CHUNK_HEADER_SIZE + size]
-        if len(body) == size:
-            bodies.append(body)
-            expected.append(data_hash)
-            where.append(k)
-    for k, value, wanted in zip(where, hash_each(bodies), expected):
-        if value != wanted:
-            return k
-    return None
+def _first_bad_data(stripped: list[bytes], heads: np.ndarray) -> int | None:
+    """The position of the first chunk whose data does not hash to its header's
+    ``data_hash``; a chunk whose data is cut short is left to ``_decode_body`` to report."""
+    present = np.array([len(d) - CHUNK_HEADER_SIZE for d in stripped], np.uint64)
+    short = heads[:, 1] > present
+    lengths = np.where(short, 0, heads[:, 1]).astype(np.int64)
+    return _first_bad(stripped, CHUNK_HEADER_SIZE, lengths, heads[:, 2], short)
 
 
 def decode_chunk(
@@ -239,22 +232,26 @@ def decode_chunks(
                 "(file truncated?)."
             )
         stripped.append(data)
-    bad = _first_bad_hash(blocks, slice(8, BLOCK_HEADER_SIZE))
+    block_hashes = np.frombuffer(b"".join(blocks), "<u8")[::3]
+    bad = _first_bad(blocks, 8, np.full(len(blocks), BLOCK_HEADER_SIZE - 8), block_hashes)
     if bad is not None:
         k = owners[bad]
         raise ArrayRecordFormatError(
             f"{names[k]}: chunk at offset {chunks[k][1]}: a block header inside it is "
             "corrupted (hash mismatch)."
         )
-    bad = _first_bad_hash([d[:CHUNK_HEADER_SIZE] for d in stripped], slice(8, CHUNK_HEADER_SIZE))
+    # Each header: header_hash, data_size, data_hash, chunk type and records, decoded size.
+    heads = np.frombuffer(b"".join([d[:CHUNK_HEADER_SIZE] for d in stripped]), "<u8")
+    heads = heads.reshape(len(stripped), 5)
+    bad = _first_bad(stripped, 8, np.full(len(stripped), CHUNK_HEADER_SIZE - 8), heads[:, 0])
     if bad is not None:
         raise ArrayRecordFormatError(
             f"{names[bad]}: chunk at offset {chunks[bad][1]}: the chunk header is corrupted "
             "(hash mismatch)."
         )
-    bad = _first_bad_data(stripped) if verify_data else None
+    bad = _first_bad_data(stripped, heads) if verify_data else None
     if bad is not None:
-        count = struct.unpack_from("<Q", stripped[bad], 24)[0] >> 8
+        count = int(heads[bad, 3]) >> 8
         raise ArrayRecordFormatError(
             f"{names[bad]}: chunk at offset {chunks[bad][1]}: the chunk data is corrupted "
             f"(its hash does not match), so none of its {count} records is returned. The "
