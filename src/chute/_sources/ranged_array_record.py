@@ -17,10 +17,11 @@ same code reads a local file (``LocalRanges``) or an object in a bucket.
   header's hash, every record chunk's data hash, sizes and decompressed lengths
   (``array_record_format``); the footer's data hash on open.  The data hashes
   of a batch's chunks are computed in one call (``checksums``: a compiled
-  extension where built, about 2.5 GB/s; else NumPy in lock-step over the
-  chunks).  ``verify_data=False`` skips them, and then a flipped byte inside an
-  *uncompressed* chunk's values goes unnoticed.  Errors are
-  ``ArrayRecordFormatError`` (a ``ValueError``) naming the file and the offset.
+  extension where built, 11 GB/s for one chunk and 17 for a batch with AVX2;
+  else NumPy in lock-step over the chunks, 150-350 MB/s).  ``verify_data=False``
+  skips them, and then a flipped byte inside an *uncompressed* chunk's values
+  goes unnoticed.  Errors are ``ArrayRecordFormatError`` (a ``ValueError``)
+  naming the file and the offset.
 
 Measured once by hand on a 2-core machine, a local file of 200,000 records
 of 1 KiB, random sorted batches of 256, cache off (records/s):
