@@ -19,15 +19,26 @@ each record and ``np.stack`` the batch; ``raw ranged`` does the same with one
 one record at a time, so it reads only the first ``GRAIN_BATCHES`` batches
 of each epoch and rates are compared.
 
+A third part measures what checking every chunk's data hash costs chute's own
+reader (``verify``): sets of 4 shards (1 KiB and 64 KiB records, uncompressed
+and chute's default zstd:3), opened from their ``.chute-index``, read in one
+shuffled order by batches of 256 straight from the source
+(``src.__getitems__(batch)``), with the checks on (the default: the compiled
+hash where built), off, and on with the NumPy fallback; it prints the on/off
+ratios (target >= 0.9 for the default).
+
 Run through ``bash benchmarks/run arrayrecord``; see README.md.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import statistics
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -45,6 +56,8 @@ try:
     import chute
 except ImportError:
     sys.exit("bench_arrayrecord: chute is not installed; use bash benchmarks/run")
+from chute._sources import checksums, indexed_array_record
+from chute._sources.array_record_index import write_index
 from chute.experimental import write_array_record
 from chute.sources import ArrayRecordDataSource
 
@@ -54,11 +67,14 @@ BATCH = 256
 BATCHES = -(-N // BATCH)  # 782, the last one of 64
 GRAIN_BATCHES = 32  # Grain's runs stop after these; rates are compared
 SEED = 1
-MB = RECORD_FLOATS * 8 / 1e6  # per record
 CHECK_FULL_BATCHES = 3
 RAW_OPTIONS = "readahead_buffer_size:0"  # what Grain and array_record use for random access
 
-TARGETS = {"chute/grain": 20.0, "chute/raw batched": 0.8}
+TARGETS = {"chute/grain": 20.0, "chute/raw batched": 0.8, "verify on/off": 0.9}
+# (record bytes, records) of each verify set: about 100 and 390 MB
+VERIFY_SETS = [(1024, 100_000), (64 << 10, 6_000)]
+VERIFY_OPTIONS = ["group_size:1,uncompressed", "group_size:1"]  # the second: zstd:3, the default
+VERIFY_SHARDS = 4
 
 
 def write_file(directory: str) -> str:
@@ -226,13 +242,81 @@ def bench(name: str, build: Any, path: str, order: np.ndarray, repeats: int) -> 
     }
 
 
+# -- the cost of checking chunk data hashes: chute's indexed reads, verify on and off -------
+
+
+@contextlib.contextmanager
+def verify_mode(mode: str) -> Iterator[None]:
+    """``on`` (the default), ``off`` (readers opened with ``verify_data=False``), or
+    ``numpy`` (on, with the NumPy fallback hash)."""
+    reader_class = indexed_array_record.RangedArrayRecordReader
+    previous = checksums.use_compiled(mode != "numpy" and checksums._COMPILED is not None)
+    if mode == "off":
+        indexed_array_record.RangedArrayRecordReader = functools.partial(
+            reader_class, verify_data=False
+        )
+    try:
+        yield
+    finally:
+        indexed_array_record.RangedArrayRecordReader = reader_class
+        checksums.use_compiled(previous)
+
+
+def indexed_reads(index: str, order: np.ndarray, mode: str) -> Iterator[list[bytes]]:
+    """One epoch of shuffled batches read from a fresh source (no chunk cached yet)."""
+    source = ArrayRecordDataSource(index)
+    try:
+        with verify_mode(mode):
+            for start in range(0, len(order), BATCH):
+                yield source.__getitems__(order[start : start + BATCH])
+    finally:
+        source.close()
+
+
+def bench_verify(directory: str, size: int, count: int, options: str, repeats: int) -> Any:
+    kind = "uncompressed" if "uncompressed" in options else "zstd:3"
+    name = f"verify {size >> 10} KiB {kind}"
+    description = (
+        f"{name}: {count:,} random records of {size:,} bytes in {VERIFY_SHARDS} shards "
+        f"({options}), opened from their index, read in a shuffled order by batches of "
+        f"{BATCH} (src.__getitems__); chunk data hashes checked ({checksums.implementation()}), "
+        "not checked, and checked with the NumPy fallback"
+    )
+    print(f"\n[{name}]\n  {description}")
+    rng = np.random.default_rng(0)
+    prefix = f"{directory}/verify-{size}-{kind.replace(':', '')}"
+    files = write_array_record((rng.bytes(size) for _ in range(count)), prefix,
+                               num_shards=VERIFY_SHARDS, options=options)  # fmt: skip
+    index = write_index(files, f"{prefix}.chute-index")
+    order = np.random.default_rng(SEED).permutation(count)
+    impls = [
+        Impl(f"verify {mode}", functools.partial(indexed_reads, index, order, mode), count)
+        for mode in ("on", "off", "numpy")
+    ]
+    outs = [common.collect(impl, lambda b: zlib.crc32(b"".join(b))) for impl in impls]
+    common.mark_reference(impls[1], outs[1])
+    for impl, out in ((impls[0], outs[0]), (impls[2], outs[2])):
+        common.check_against(impl, out, "verify off", outs[1])
+    common.report_check(impls, "verify off", "every batch's records equal (CRC-32)")
+    common.time_runs(impls, repeats)
+    ratios = [
+        Ratio(f"{name} on/off", impls[0], impls[1], TARGETS["verify on/off"]),
+        Ratio(f"{name} NumPy on/off", impls[2], impls[1], None),
+    ]
+    common.mark_invalid(ratios)
+    return {"name": name, "description": description, "unit": "records/s", "impls": impls,
+            "ratios": ratios, "record_bytes": size}  # fmt: skip
+
+
 def main() -> int:
     args = common.parse_args(__doc__.splitlines()[0])
     env = common.environment()
     env["array_record"] = common.version_of("array_record")
+    env["checksums"] = checksums.implementation()
     print(
         f"arrayrecord benchmarks: chute {env['chute']} vs grain {env['grain']} "
-        f"(array_record {env['array_record']}) | {env['python']}, {env['cpus']} cpus"
+        f"(array_record {env['array_record']}; checksums {env['checksums']}) | "
+        f"{env['python']}, {env['cpus']} cpus"
     )
     print(
         f"timing: 1 warm-up run per implementation (the output check), then the median of "
@@ -257,6 +341,12 @@ def main() -> int:
             res = bench(name, build, path, order(), args.repeats)
             res["seconds"] = time.perf_counter() - t0
             results.append(res)
+        for size, count in VERIFY_SETS:
+            for options in VERIFY_OPTIONS:
+                t0 = time.perf_counter()
+                res = bench_verify(directory, size, count, options, args.repeats)
+                res["seconds"] = time.perf_counter() - t0
+                results.append(res)
     print_rates(results)
     return common.finish("arrayrecord", args, env, started, results)
 
@@ -273,7 +363,7 @@ def print_rates(results: list[dict[str, Any]]) -> None:
                     impl.name,
                     f"{impl.units:,}",
                     "ERROR" if impl.error else common.fmt_num(rate),
-                    common.fmt_num(rate * MB if rate else None, 1),
+                    common.fmt_num(rate * res["record_bytes"] / 1e6 if rate else None, 1),
                     common.fmt_num(impl.median, 3),
                     f"{impl.spread() * 100:.0f}%" if impl.spread() is not None else "-",
                     common.fmt_num(statistics.median(fb) * 1e3 if fb else None, 1),

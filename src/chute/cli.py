@@ -92,6 +92,7 @@ import sys
 import chute
 from chute._cli import convert, index, inspector, profile
 from chute._cli.errors import CliError
+from chute._sources.checksums import implementation
 
 __all__ = ["main"]
 
@@ -105,6 +106,11 @@ def _convert_epilog() -> str:
     return doc[start:].rstrip() if start >= 0 else ""
 
 
+def _version() -> str:
+    """chute's version and which HighwayHash checks ArrayRecord chunks (compiled or NumPy)."""
+    return f"chute {chute.__version__} (ArrayRecord checksums: {implementation()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``chute`` argument parser, with one subparser per command."""
     parser = argparse.ArgumentParser(
@@ -114,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog="Run 'chute COMMAND --help' for a command's options.",
     )
-    parser.add_argument("--version", action="version", version=f"chute {chute.__version__}")
+    parser.add_argument("--version", action="version", version=_version())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     convert.register(subparsers, epilog=_convert_epilog())
     inspector.register(subparsers)

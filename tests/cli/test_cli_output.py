@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import chute
+from chute._sources import checksums
 from chute._sources.array_record_writer import write_array_record
 from chute.cli import main
 
@@ -74,9 +75,18 @@ def test_inspect_stops_quietly_when_its_reader_closes_the_pipe(tmp_path: Path) -
     assert (status, err) == (0, "")
 
 
-def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+def test_version_prints_the_package_version_and_which_checksum_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     status, out, _ = run_cli(capsys, "--version")
-    assert (status, out) == (0, f"chute {chute.__version__}\n")
+    runs = checksums.implementation()
+    assert (status, out) == (0, f"chute {chute.__version__} (ArrayRecord checksums: {runs})\n")
+    previous = checksums.use_compiled(False)
+    try:
+        status, out, _ = run_cli(capsys, "--version")
+    finally:
+        checksums.use_compiled(previous)
+    assert status == 0 and "(ArrayRecord checksums: NumPy, " in out
 
 
 def test_inspect_summarises_arrays_by_dtype_shape_and_range(

@@ -168,8 +168,9 @@ def test_a_batch_over_bucket_shards_has_every_shards_requests_in_flight_at_once(
     assert s3.proxy.requests == 4 and s3.proxy.max_in_flight == 4
 
 
+@pytest.mark.parametrize("where", ["header", "data"])
 def test_a_corrupted_chunk_in_one_bucket_shard_names_that_shard_and_record(
-    s3: Any, tmp_path: Path
+    s3: Any, tmp_path: Path, where: str
 ) -> None:
     from chute._sources.array_record_format import ArrayRecordFormatError
 
@@ -178,12 +179,14 @@ def test_a_corrupted_chunk_in_one_bucket_shard_names_that_shard_and_record(
     expected = ArrayRecordDataSource(files).__getitems__([3, 103, 206, 303])
     starts = RangedArrayRecordReader(LocalRanges(files[2]))._footer.starts
     data = bytearray(Path(files[2]).read_bytes())
-    data[starts[7] + 20] ^= 0x01  # the chunk header of record 7 of shard 2: record 207
+    # The chunk header, or a byte of the value, of record 7 of shard 2: record 207 (the data
+    # is uncompressed: a compression byte, the sizes' length, one size, then the value).
+    data[starts[7] + (20 if where == "header" else 45)] ^= 0x01
     Path(files[2]).write_bytes(bytes(data))
     urls = [s3.put(f"c/{Path(f).name}", Path(f).read_bytes()) for f in files]
     source = ArrayRecordDataSource(write_index(urls, s3.url("c/t.chute-index")))
     assert source.__getitems__([3, 103, 206, 303]) == expected
-    with pytest.raises(ArrayRecordFormatError, match="t-00002-of-00004") as info:
+    with pytest.raises(ArrayRecordFormatError, match=f"t-00002-of-00004.*{where}") as info:
         source.__getitems__([3, 103, 207, 303])
     assert info.value.chute_source_index == 207  # type: ignore[attr-defined]
     assert info.value.chute_source_record == 7  # type: ignore[attr-defined]

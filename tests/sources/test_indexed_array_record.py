@@ -84,6 +84,33 @@ def test_a_shard_changed_since_the_index_raises(indexed: tuple[list[str], str]) 
         src[3 * 300]
 
 
+def test_a_flipped_byte_in_a_shard_is_refused_by_default(
+    tmp_path: Path, checksum_impl: str
+) -> None:
+    """Bit rot: one byte of a record's value changes, the file's size and mtime do not."""
+    from chute._sources.array_record_format import ArrayRecordFormatError
+    from chute._sources.ranged_array_record import RangedArrayRecordReader
+    from chute._sources.ranged_source import LocalRanges
+
+    files = make_set(tmp_path, shards=3, records=100, options="group_size:1,uncompressed")
+    index = write_index(files, str(tmp_path / "train.chute-index"))
+    chunk = int(RangedArrayRecordReader(LocalRanges(files[1]))._footer.starts[7])
+    stat = os.stat(files[1])
+    data = bytearray(Path(files[1]).read_bytes())
+    data[chunk + 40 + 3 + 2] ^= 0x01  # past the compression byte and sizes: the value
+    Path(files[1]).write_bytes(bytes(data))
+    os.utime(files[1], ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    src = ArrayRecordDataSource(index)
+    assert src[106] == ArrayRecordDataSource(files)[106]  # its neighbour in the file is whole
+    message = rf"{files[1]}: chunk at offset {chunk}: the chunk data is corrupted"
+    with pytest.raises(ArrayRecordFormatError, match=message) as info:
+        src.__getitems__([5, 107, 250])
+    assert info.value.chute_source_file == files[1]  # type: ignore[attr-defined]
+    assert info.value.chute_source_index == 107  # type: ignore[attr-defined]
+    with pytest.raises(ArrayRecordFormatError, match=message):
+        list(MapDataset.source(src).batch(16))
+
+
 def test_bad_index_files_say_what_is_wrong(tmp_path: Path, indexed: tuple[list[str], str]) -> None:
     with pytest.raises(FileNotFoundError, match="no such index"):
         ArrayRecordDataSource(str(tmp_path / "none.chute-index"))

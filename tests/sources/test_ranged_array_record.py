@@ -102,10 +102,41 @@ def test_records_match_array_record_for_every_compression(
         assert ours.read(batch) == theirs.read(batch)
 
 
-def test_data_hashes_verify_on_request(files: dict[str, str]) -> None:
-    path = files["zstd,group_size:100"]
-    reader = RangedArrayRecordReader(LocalRanges(path), verify_data=True)
-    assert reader.read(list(range(len(RECORDS)))) == RECORDS
+def test_files_array_record_wrote_verify_clean_by_default(
+    files: dict[str, str], checksum_impl: str
+) -> None:
+    for path in files.values():
+        reader = RangedArrayRecordReader(LocalRanges(path), cache_bytes=0)
+        assert reader._verify
+        assert reader.read(list(range(len(RECORDS)))) == RECORDS
+
+
+def _flip(path: str, at: int) -> None:
+    data = bytearray(Path(path).read_bytes())
+    data[at] ^= 0x01
+    Path(path).write_bytes(bytes(data))
+
+
+def test_a_flipped_byte_in_uncompressed_chunk_data_is_refused_by_default(
+    tmp_path: Path, checksum_impl: str
+) -> None:
+    records = [bytes([65 + i]) * 3000 for i in range(30)]
+    path = _write(tmp_path / "u", "uncompressed,group_size:1", records)
+    offset = _chunk_offsets(path, 8)[7]
+    _flip(path, offset + 40 + 1000)  # a byte of record 7's value
+    reader = RangedArrayRecordReader(LocalRanges(path))
+    assert reader.read([6, 8]) == [records[6], records[8]]
+    message = (
+        rf"{path}: chunk at offset {offset}: the chunk data is corrupted \(its hash does not "
+        r"match\), so none of its 1 records is returned. The file is damaged: restore it"
+    )
+    with pytest.raises(ArrayRecordFormatError, match=message):
+        reader.read([5, 7])
+    batch = list(range(30))  # many chunks in one call: still the one that is bad
+    with pytest.raises(ArrayRecordFormatError, match=rf"chunk at offset {offset}: .*corrupted"):
+        RangedArrayRecordReader(LocalRanges(path)).read(batch)
+    unchecked = RangedArrayRecordReader(LocalRanges(path), verify_data=False).read([7])
+    assert unchecked != [records[7]] and len(unchecked[0]) == 3000  # what the check prevents
 
 
 @settings(max_examples=30, deadline=None)

@@ -18,13 +18,13 @@ The facts relied on (Riegeli's ``doc/riegeli_records_file_format.md``):
   compressed buffer starts with its decompressed size as a varint (for Snappy
   the raw, unframed format follows; checked against files array_record wrote).
 
-Everything that can be checked cheaply is: block and chunk header hashes, each
-block header's distance back to its chunk, sizes against the bytes present,
-decompressed sizes, record sizes against ``decoded_data_size``.  A chunk's data
-hash costs about 5 us per 32 bytes in Python, so ``decode_chunk`` checks it only
-when asked (the footer always is).  ``decode_chunks`` decodes a batch of chunks and
-hashes all their headers in one vectorised call (``_highway_hash_many``).  Failures
-raise ``ArrayRecordFormatError`` naming the file and the offset.
+Everything is checked, as array_record's own reader does: block and chunk header
+hashes, each block header's distance back to its chunk, the hash of each chunk's
+data, sizes against the bytes present, decompressed sizes, record sizes against
+``decoded_data_size``.  ``decode_chunks`` decodes a batch of chunks and hashes all
+their headers in one call, then all their data in another (``checksums``: compiled
+where built, else NumPy in lock-step); ``verify_data=False`` skips the data hashes.
+Failures raise ``ArrayRecordFormatError`` naming the file and the offset.
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from chute._sources._highway_hash import highway_hash64
-from chute._sources._highway_hash_many import highway_hash64_many
+from chute._sources.checksums import hash_ranges
 
 __all__ = [
     "BLOCK_SIZE",
@@ -53,7 +52,6 @@ BLOCK_HEADER_SIZE = 24
 CHUNK_HEADER_SIZE = 40
 _SIMPLE, _TRANSPOSED = ord("r"), ord("t")
 _EXTRA = "chute[remote]"
-_MANY = 4  # headers from which hashing them together is faster than one by one
 
 
 class ArrayRecordFormatError(ValueError):
@@ -178,27 +176,35 @@ def _strip_block_headers(raw: bytes, begin: int, where: str, headers: list[bytes
     return b"".join(pieces)
 
 
-def _first_bad_hash(headers: list[bytes], payload: slice) -> int | None:
-    """The position of the first header whose hash (its first 8 bytes) is not that of
-    its ``payload`` bytes, or ``None``; hashed all at once where there are many."""
-    if len(headers) < _MANY:
-        for i, header in enumerate(headers):
-            if highway_hash64(header[payload]) != struct.unpack_from("<Q", header)[0]:
-                return i
+def _first_bad(buffers: list[bytes], begin: int, lengths: np.ndarray, expected: np.ndarray,
+               skip: np.ndarray | None = None) -> int | None:  # fmt: skip
+    """The position of the first of ``buffers`` whose bytes ``begin : begin + length`` do
+    not hash to ``expected`` (``skip`` marks those not to judge), or ``None``; all hashed
+    in one call."""
+    if not buffers:
         return None
-    rows = np.frombuffer(b"".join(headers), np.uint8).reshape(len(headers), -1)
-    expected = rows[:, :8].copy().view("<u8")[:, 0]
-    bad = np.flatnonzero(highway_hash64_many(rows[:, payload]) != expected)
+    wrong = hash_ranges(buffers, begin, lengths) != expected
+    bad = np.flatnonzero(wrong if skip is None else wrong & ~skip)
     return int(bad[0]) if len(bad) else None
 
 
+def _first_bad_data(stripped: list[bytes], heads: np.ndarray) -> int | None:
+    """The position of the first chunk whose data does not hash to its header's
+    ``data_hash``; a chunk whose data is cut short is left to ``_decode_body`` to report."""
+    present = np.array([len(d) - CHUNK_HEADER_SIZE for d in stripped], np.uint64)
+    short = heads[:, 1] > present
+    lengths = np.where(short, 0, heads[:, 1]).astype(np.int64)
+    return _first_bad(stripped, CHUNK_HEADER_SIZE, lengths, heads[:, 2], short)
+
+
 def decode_chunk(
-    raw: bytes, begin: int, where: str, *, verify_data: bool = False, records: int | None = None
+    raw: bytes, begin: int, where: str, *, verify_data: bool = True, records: int | None = None
 ) -> DecodedChunk:
     """The records of the simple chunk whose bytes (block headers included) start at ``begin``.
 
     ``where`` names the file in errors; ``records``, when given, is the number
-    of records the footer promised for this chunk.
+    of records the footer promised for this chunk; ``verify_data=False`` skips the
+    hash of the chunk's data (its headers' hashes are always checked).
     """
     return decode_chunks([(raw, begin, records)], where, verify_data=verify_data)[0]
 
@@ -207,7 +213,7 @@ def decode_chunks(
     chunks: Sequence[tuple[bytes, int, int | None]],
     where: str | Sequence[str],
     *,
-    verify_data: bool = False,
+    verify_data: bool = True,
 ) -> list[DecodedChunk]:
     """``decode_chunk`` for each ``(raw, begin, records)``, their header hashes checked at once.
 
@@ -226,28 +232,40 @@ def decode_chunks(
                 "(file truncated?)."
             )
         stripped.append(data)
-    bad = _first_bad_hash(blocks, slice(8, BLOCK_HEADER_SIZE))
+    block_hashes = np.frombuffer(b"".join(blocks), "<u8")[::3]
+    bad = _first_bad(blocks, 8, np.full(len(blocks), BLOCK_HEADER_SIZE - 8), block_hashes)
     if bad is not None:
         k = owners[bad]
         raise ArrayRecordFormatError(
             f"{names[k]}: chunk at offset {chunks[k][1]}: a block header inside it is "
             "corrupted (hash mismatch)."
         )
-    bad = _first_bad_hash([d[:CHUNK_HEADER_SIZE] for d in stripped], slice(8, CHUNK_HEADER_SIZE))
+    # Each header: header_hash, data_size, data_hash, chunk type and records, decoded size.
+    heads = np.frombuffer(b"".join([d[:CHUNK_HEADER_SIZE] for d in stripped]), "<u8")
+    heads = heads.reshape(len(stripped), 5)
+    bad = _first_bad(stripped, 8, np.full(len(stripped), CHUNK_HEADER_SIZE - 8), heads[:, 0])
     if bad is not None:
         raise ArrayRecordFormatError(
             f"{names[bad]}: chunk at offset {chunks[bad][1]}: the chunk header is corrupted "
             "(hash mismatch)."
         )
+    bad = _first_bad_data(stripped, heads) if verify_data else None
+    if bad is not None:
+        count = int(heads[bad, 3]) >> 8
+        raise ArrayRecordFormatError(
+            f"{names[bad]}: chunk at offset {chunks[bad][1]}: the chunk data is corrupted "
+            f"(its hash does not match), so none of its {count} records is returned. The "
+            "file is damaged: restore it from a good copy or write it again."
+        )
     return [
-        _decode_body(data, f"{name}: chunk at offset {begin}", verify_data, records)
+        _decode_body(data, f"{name}: chunk at offset {begin}", records)
         for data, (_, begin, records), name in zip(stripped, chunks, names)
     ]
 
 
-def _decode_body(data: bytes, where: str, verify_data: bool, records: int | None) -> DecodedChunk:
-    """The records of a chunk whose header (hash checked) starts ``data``."""
-    _, size, data_hash, type_and_count, decoded_size = struct.unpack_from("<5Q", data)
+def _decode_body(data: bytes, where: str, records: int | None) -> DecodedChunk:
+    """The records of a chunk whose header (and data, where asked) hashes were checked."""
+    _, size, _, type_and_count, decoded_size = struct.unpack_from("<5Q", data)
     kind, count = type_and_count & 0xFF, type_and_count >> 8
     body = memoryview(data)[CHUNK_HEADER_SIZE : CHUNK_HEADER_SIZE + size]
     if len(body) != size:
@@ -255,8 +273,6 @@ def _decode_body(data: bytes, where: str, verify_data: bool, records: int | None
             f"{where}: the chunk holds {size} bytes of data but only {len(body)} are present "
             "(file truncated?)."
         )
-    if verify_data and highway_hash64(body) != data_hash:
-        raise ArrayRecordFormatError(f"{where}: the chunk data is corrupted (hash mismatch).")
     if kind == _TRANSPOSED:
         raise ArrayRecordFormatError(
             f"{where}: transposed chunks (written with the 'transpose' option) are not "

@@ -5,8 +5,8 @@ trip per shard; read on one thread per shard, the threads contend for the interp
 while they wait and decode.  Here the calling thread plans every shard's read
 (``RangedArrayRecordReader.begin``: the cache first), issues every shard's ranged GETs
 together on the process's I/O loop (``chute._remote.source.read_many``), checks every
-chunk's headers with one vectorised hash call and decodes them (``decode_chunks``), and
-hands each reader its chunks to cache and slice (``finish``).
+chunk's headers and data with one hash call each and decodes them (``decode_chunks``),
+and hands each reader its chunks to cache and slice (``finish``).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def read_together(
         names += [reader._name] * len(mine)
         counts.append(len(mine))
     try:
-        decoded = decode_chunks(pieces, names, verify_data=reads[0][0]._verify if reads else False)
+        decoded = decode_chunks(pieces, names, verify_data=reads[0][0]._verify if reads else True)
     except ValueError as exc:
         culprit = _culprit(reads, pendings, fetching, buffers)
         if culprit is not None:
@@ -72,7 +72,7 @@ def _culprit(
     for i, got in zip(fetching, buffers):
         reader = reads[i][0]
         try:
-            decode_chunks(reader.pieces(pendings[i], got), reader._name)
+            decode_chunks(reader.pieces(pendings[i], got), reader._name, verify_data=reader._verify)
         except ValueError:
             return i
     return None
