@@ -31,18 +31,20 @@ def _ship_test_module_to_workers(request: pytest.FixtureRequest) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The accelerator tests run last: they start JAX's runtime in this process, after which
-    forking it is unsafe, and the worker tests that fork should see a process they can fork.
-    The remote tests come just before them: their servers and clients leave threads running."""
-    items.sort(
-        key=lambda item: (
-            2
-            if item.nodeid.startswith("tests/accel/")
-            else 1
-            if item.nodeid.startswith("tests/remote/")
-            else 0
-        )
-    )
+    """Tests that fork worker processes from this one run first, while no other test has
+    left this process unsafe to fork (array_record's reader starts native threads that a
+    forked child crashes in; servers and clients leave threads running). The remote tests
+    run late, and the accelerator tests last: they start JAX's runtime in this process."""
+
+    def rank(item: pytest.Item) -> int:
+        if item.nodeid.startswith("tests/accel/"):
+            return 3
+        if item.nodeid.startswith("tests/remote/"):
+            return 2
+        forks = getattr(item, "callspec", None) and item.callspec.params.get("start_method")
+        return 0 if forks == "fork" or item.get_closest_marker("forks") else 1
+
+    items.sort(key=rank)
 
 
 @pytest.fixture(params=["fork", "forkserver"])

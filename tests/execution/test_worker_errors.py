@@ -27,11 +27,14 @@ for x in grain.MapDataset.range(6).map(check).to_iter_dataset().mp_prefetch(opti
 """
 
 CORRUPT_RECORD = """
-import sys
+import subprocess, sys
 import chute as grain
-from chute.experimental import write_array_record
 
-paths = write_array_record([bytes([i]) * 1000 for i in range(50)], sys.argv[1])
+# Written by another process: once array_record's writer has run here, workers cannot be
+# forked from this process, and the test forks them.
+WRITE = "import sys; from chute.experimental import write_array_record as w; " \\
+    "print(w([bytes([i]) * 1000 for i in range(50)], sys.argv[1])[0])"
+paths = [subprocess.check_output([sys.executable, "-c", WRITE, sys.argv[1]], text=True).strip()]
 data = bytearray(open(paths[0], "rb").read())
 data[3000:3100] = bytes(b ^ 0xFF for b in data[3000:3100])
 open(paths[0], "wb").write(bytes(data))

@@ -29,6 +29,7 @@ def busy_thread() -> Iterator[None]:
     thread.join()
 
 
+@pytest.mark.forks
 def test_auto_forks_a_single_threaded_parent(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(processes.START_ENV, raising=False)
     if processes.fork_unsafe_reason() is not None:

@@ -491,3 +491,25 @@ def test_making_a_source_starts_no_native_threads_and_a_read_stops_forking(
         check=True,
     )
     assert done.stdout.split("\n")[:2] == ["True fork", "True forkserver"], done.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forks")
+def test_writing_with_array_record_stops_forking(tmp_path: Path) -> None:
+    # Every child forked after array_record's writer ran crashed as it read.
+    code = (
+        "import sys\n"
+        "from chute._execution import processes\n"
+        "from chute.experimental import write_array_record\n"
+        "print(processes.start_method())\n"
+        "write_array_record([b'x'] * 10, sys.argv[1])\n"
+        "print(processes.start_method())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CHUTE_WORKER_START"}
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "w")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["fork", "forkserver"], done.stdout

@@ -34,7 +34,7 @@ import numpy as np
 
 from chute._core.errors import Origin, mark_origin
 from chute._core.fingerprint import files_identity
-from chute._execution.processes import add_fork_hazard
+from chute._sources.array_record_native import native_class, native_module
 from chute._sources.array_record_paths import expand
 from chute._sources.protocol import as_index, check_indices, out_of_range
 from chute._sources.ranged_array_record import RangedArrayRecordReader
@@ -54,28 +54,8 @@ _REPR_FILES = 4
 _ITER_BLOCK = 1024
 
 
-_native_pool = False  # array_record's reader has started its thread pool in this process
-
-
-def _native_pool_hazard() -> str | None:
-    """Why workers may not be forked from this process: array_record's reader threads, whose
-    state a forked child inherits without the threads, crash the child's reads."""
-    if _native_pool:
-        return "array_record's reader started its thread pool (a forked worker crashes in it)"
-    return None
-
-
-add_fork_hazard(_native_pool_hazard)
-
-
 def _reader_class() -> Any:
-    try:
-        from array_record.python.array_record_module import ArrayRecordReader
-    except ImportError as exc:
-        raise ImportError(
-            f"{_WHAT} needs the array_record package: pip install chute[array_record]"
-        ) from exc
-    return ArrayRecordReader
+    return native_class("ArrayRecordReader", _WHAT)
 
 
 def _reader_options(options: object) -> str:
@@ -109,9 +89,7 @@ def _open(path: str, options: str) -> Any:
         )
     if not os.path.exists(path):
         raise FileNotFoundError(f"{_WHAT}: no such file: {path!r}.")
-    global _native_pool
     try:
-        _native_pool = True  # the reader starts the pool as it opens, even if it then fails
         reader = _reader_class()(path, options)
     except ValueError as exc:
         raise ValueError(f"{_WHAT}: bad reader_options {options!r}: {exc}") from exc
@@ -169,7 +147,7 @@ def _count(path: str, options: str) -> int:
     where that parser cannot (a compressed footer without cramjam), and names
     what is wrong with a file that is not readable.
     """
-    _reader_class()  # array_record must be installed to read the records later
+    native_module(_WHAT)  # array_record must be installed to read the records later
     counted = _count_by_footer(path) if options == _DEFAULT_STRING else None
     if counted is None:  # given options are checked by opening the file with them
         reader = _open(path, options)

@@ -20,6 +20,7 @@ from typing import Any
 
 from chute._core.progress import bar_type
 from chute._core.validate import check_int
+from chute._sources.array_record_native import native_class
 
 __all__ = ["write_array_record"]
 
@@ -28,13 +29,7 @@ _WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EAC
 
 
 def _writer_class() -> Any:
-    try:
-        from array_record.python.array_record_module import ArrayRecordWriter
-    except ImportError as exc:
-        raise ImportError(
-            f"{_WHAT} needs the array_record package: pip install chute[array_record]"
-        ) from exc
-    return ArrayRecordWriter
+    return native_class("ArrayRecordWriter", _WHAT)
 
 
 def _encoder(serializer: Callable[[Any], bytes] | None) -> Callable[[Any, int], bytes]:
