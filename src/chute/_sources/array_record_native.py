@@ -10,6 +10,7 @@ fork server from then on.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from chute._execution.processes import add_fork_hazard
@@ -32,12 +33,12 @@ def native_module(what: str) -> Any:
     """array_record's module (importing it starts nothing), or an ImportError naming the
     extra that ``what`` needs."""
     try:
-        from array_record.python import array_record_module
+        module = importlib.import_module("array_record.python.array_record_module")
     except ImportError as exc:
         raise ImportError(
             f"{what} needs the array_record package: pip install chute[array_record]"
         ) from exc
-    return array_record_module
+    return module
 
 
 def _hazard() -> str | None:
