@@ -62,6 +62,10 @@ class _IOLoop(asyncio.SelectorEventLoop):
 
     thread_id = 0  # the loop's own thread, once it runs
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.client_futures: weakref.WeakSet[ClientFuture] = weakref.WeakSet()  # see client()
+
     def create_future(self) -> ClientFuture:
         return ClientFuture(loop=self)
 
@@ -69,9 +73,10 @@ class _IOLoop(asyncio.SelectorEventLoop):
         self, callback: Callable[..., object], *args: Any, context: Any = None
     ) -> asyncio.Handle:
         handle = super().call_soon_threadsafe(callback, *args, context=context)
-        completed = next((a for a in args if type(a) is ClientFuture), None)
-        if completed is not None:
-            completed.released = True  # last: only returning to the client remains
+        for arg in args:
+            if type(arg) is ClientFuture:
+                arg.released = True  # last: only returning to the client remains
+                return handle
         return handle
 
 
@@ -79,7 +84,6 @@ class _Loop:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.loop = _IOLoop()
-        self.futures: weakref.WeakSet[ClientFuture] = weakref.WeakSet()
         started = threading.Event()
 
         def serve() -> None:
@@ -105,17 +109,20 @@ def run_on_io_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
             process is stopping), before or while the request ran.
     """
     global _loop
-    with _lock:
+    if threading.main_thread().is_alive():  # not yet exiting: see _stop_at_exit
+        atexit.unregister(_stop_at_exit)
+        atexit.register(_stop_at_exit)
+    coroutine = make()
+    with _lock:  # a request is either submitted before stop() cancels all, or refused
         if _stopped_pid == os.getpid():
+            coroutine.close()
             raise _stopped_error()
         state = _loop
         if state is None or state.pid != os.getpid():
             state = _loop = _Loop()
-    if threading.main_thread().is_alive():  # not yet exiting: see _stop_at_exit
-        atexit.unregister(_stop_at_exit)
-        atexit.register(_stop_at_exit)
+        done = asyncio.run_coroutine_threadsafe(coroutine, state.loop)
     try:
-        return asyncio.run_coroutine_threadsafe(make(), state.loop).result()
+        return done.result()
     except concurrent.futures.CancelledError:
         if _stopped_pid == os.getpid():
             raise _stopped_error() from None
@@ -125,9 +132,8 @@ def run_on_io_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
 def client(future: Any) -> Any:
     """Marks ``future``, which the object-store client completes from its own thread, so that
     ``stop()`` waits until that thread is done with it; returns it (to be awaited)."""
-    state = _loop
-    if type(future) is ClientFuture and state is not None and state.pid == os.getpid():
-        state.futures.add(future)
+    if type(future) is ClientFuture:
+        future.get_loop().client_futures.add(future)  # type: ignore[attr-defined]
     return future
 
 
@@ -150,12 +156,15 @@ def stop(why: str = "the interpreter is exiting") -> None:
         return
     deadline = time.monotonic() + EXIT_WAIT_S
     try:
-        asyncio.run_coroutine_threadsafe(_cancel_all(), state.loop).result(EXIT_WAIT_S)
+        asyncio.run_coroutine_threadsafe(_cancel_all(), state.loop).result(
+            max(0.0, deadline - time.monotonic())
+        )
     except (concurrent.futures.TimeoutError, RuntimeError):
         pass  # a request that ignores cancellation: the wait below is bounded too
-    while any(not f.released for f in list(state.futures)) and time.monotonic() < deadline:
+    futures = state.loop.client_futures
+    while any(not f.released for f in list(futures)) and time.monotonic() < deadline:
         time.sleep(0.002)  # lets the client's threads take the GIL and leave
-    released = not any(not f.released for f in list(state.futures))
+    released = not any(not f.released for f in list(futures))
     state.loop.call_soon_threadsafe(state.loop.stop)
     state.thread.join(max(0.0, deadline - time.monotonic()))
     if released and not state.thread.is_alive():
@@ -174,8 +183,7 @@ async def _cancel_all() -> None:
 
 def _stopped_error() -> RuntimeError:
     return RuntimeError(
-        f"chute's object-store requests have stopped in this process: {_stopped_why}. "
-        "Read and write buckets before the program ends (outside atexit handlers)."
+        f"chute's object-store requests have stopped in this process: {_stopped_why}."
     )
 
 
@@ -183,4 +191,7 @@ def _stop_at_exit() -> None:
     """At interpreter exit, after the program's threads have ended (atexit), and before the
     read-ahead pools wait for their reads: ``run_on_io_loop`` registers this again at each
     call, so it runs first among chute's exit handlers (atexit runs the last one first)."""
-    stop("the interpreter is exiting")
+    stop(
+        "the interpreter is exiting (read and write buckets before the program ends, "
+        "not in atexit handlers)"
+    )
