@@ -12,6 +12,7 @@ import itertools
 import logging
 import socket
 import sys
+import threading
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -148,3 +149,60 @@ def gcs(_gcs_server: tuple[FaultProxy, int], monkeypatch: pytest.MonkeyPatch) ->
     bucket = f"chute-test-{next(_buckets)}"
     direct.mkdir(bucket)
     return Store("gs", bucket, proxy, direct)
+
+
+class SilentServer:
+    """Accepts connections and reads requests, and never answers: a store gone silent."""
+
+    def __init__(self) -> None:
+        self._socket = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self._held: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._requests = threading.Semaphore(0)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+
+    def wait_for_requests(self, count: int) -> None:
+        """Returns once ``count`` requests (their first bytes) have arrived."""
+        for _ in range(count):
+            assert self._requests.acquire(timeout=60), "the requests never came"
+
+    def close(self) -> None:
+        self._socket.close()
+        with self._lock:
+            for conn in self._held:
+                conn.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._socket.accept()
+            except OSError:  # closed
+                return
+            with self._lock:
+                self._held.append(conn)
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn: socket.socket) -> None:
+        while True:
+            try:
+                data = conn.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            for _ in range(data.count(b"HTTP/1.1\r\n")):  # a request line each
+                self._requests.release()
+
+
+@pytest.fixture
+def silent() -> Iterator[SilentServer]:
+    """A server that takes connections and requests and never answers."""
+    server = SilentServer()
+    try:
+        yield server
+    finally:
+        server.close()

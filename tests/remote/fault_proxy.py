@@ -5,9 +5,14 @@ keep-alive connection per proxy thread, and on the way can:
 
 * wait ``latency`` seconds before forwarding (a far-away bucket);
 * answer a ``fault_rate`` fraction of the requests whose method is in ``fault_methods``
-  with one of ``faults``: ``500``, ``503`` (with an S3-style XML body) or ``"reset"``
-  (the connection is dropped with a TCP reset, no response);
-* answer every matching request with a fault (``fault_rate=1.0``), as an outage does.
+  with one of ``faults``: ``500``, ``503`` (with an S3-style XML body), ``"reset"``
+  (the connection is dropped with a TCP reset, no response) or ``"cut"`` (the upstream's
+  answer, its headers whole and its body cut off halfway, then the connection closes)
+  or ``"hang"`` (no answer at all until the proxy is configured again or closed: a store
+  gone silent; ``wait_for_hung(n)`` returns once ``n`` requests hang);
+* answer every matching request with a fault (``fault_rate=1.0``), as an outage does;
+* with ``max_in_a_row``, let a request through after that many faults in a row on the
+  same method, object and range, so that no read can spend its retry budget.
 
 The choice of which request fails comes from ``random.Random(seed)``: the n-th request
 that reaches the proxy gets the same fate in every run.  The proxy counts the requests it
@@ -45,11 +50,15 @@ class FaultProxy:
         self.fault_rate = 0.0
         self.faults: tuple[int | str, ...] = (503,)
         self.fault_methods: frozenset[str] = frozenset({"GET"})
+        self.max_in_a_row: int | None = None
+        self._in_a_row: dict[tuple[str, str, str | None], int] = {}
         self.requests = 0
         self.injected = 0
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
+        self._hung = threading.Semaphore(0)
+        self._unhang = threading.Event()
         self._random = random.Random(seed)
         self._server = _Server(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -67,20 +76,35 @@ class FaultProxy:
         faults: tuple[int | str, ...] = (503,),
         methods: tuple[str, ...] = ("GET",),
         seed: int = 0,
+        max_in_a_row: int | None = None,
     ) -> None:
         """Sets the behaviour for the requests to come and resets the counters."""
         with self._lock:
             self.latency, self.fault_rate, self.faults = latency, fault_rate, faults
             self.fault_methods = frozenset(methods)
+            self.max_in_a_row, self._in_a_row = max_in_a_row, {}
+            self._unhang.set()  # the requests left hanging end now
+            self._unhang, self._hung = threading.Event(), threading.Semaphore(0)
             self._random = random.Random(seed)
             self.requests = self.injected = self.max_in_flight = 0
 
+    def wait_for_hung(self, count: int) -> None:
+        """Returns once ``count`` requests hang (the ``"hang"`` fault)."""
+        for _ in range(count):
+            assert self._hung.acquire(timeout=60), "the requests never came"
+
+    def _hang(self) -> None:
+        unhang = self._unhang
+        self._hung.release()
+        unhang.wait()
+
     def close(self) -> None:
+        self._unhang.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
 
-    def _enter(self, method: str) -> int | str | None:
+    def _enter(self, method: str, path: str, byte_range: str | None) -> int | str | None:
         """Counts a request in and decides its fate: a fault to inject, or ``None``."""
         with self._lock:
             self.requests += 1
@@ -88,9 +112,17 @@ class FaultProxy:
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             draw = self._random.random()
             pick = self._random.choice(self.faults)
-            if method in self.fault_methods and draw < self.fault_rate:
+            key = (method, path, byte_range)
+            if (
+                method in self.fault_methods
+                and draw < self.fault_rate
+                and not (pick == "cut" and method == "HEAD")  # no body to cut
+                and (self.max_in_a_row is None or self._in_a_row.get(key, 0) < self.max_in_a_row)
+            ):
                 self.injected += 1
+                self._in_a_row[key] = self._in_a_row.get(key, 0) + 1
                 return pick
+            self._in_a_row.pop(key, None)
             return None
 
     def _leave(self) -> None:
@@ -122,11 +154,15 @@ def _handler_for(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:
 
         def _forward(self) -> None:
             body = self._body()
-            fault = proxy._enter(self.command)
+            fault = proxy._enter(self.command, self.path, self.headers.get("Range"))
             try:
+                if fault == "hang":
+                    proxy._hang()
+                    self.close_connection = True
+                    return
                 if proxy.latency:
                     time.sleep(proxy.latency)
-                if fault is None:
+                if fault is None or fault == "cut":
                     status, reason, headers, data = self._fetch(body)
             finally:
                 # Out before the answer leaves, so a client that sends its next request as
@@ -134,6 +170,8 @@ def _handler_for(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:
                 proxy._leave()
             if fault == "reset":
                 self._reset()
+            elif fault == "cut":
+                self._answer(status, reason, headers, data, cut=True)
             elif fault is not None:
                 self._fail(int(fault))
             else:
@@ -174,7 +212,12 @@ def _handler_for(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:
             return reply.status, reply.reason, reply.getheaders(), data
 
         def _answer(
-            self, status: int, reason: str, headers: list[tuple[str, str]], data: bytes
+            self,
+            status: int,
+            reason: str,
+            headers: list[tuple[str, str]],
+            data: bytes,
+            cut: bool = False,
         ) -> None:
             self.send_response_only(status, reason)
             length = str(len(data))
@@ -186,7 +229,11 @@ def _handler_for(proxy: FaultProxy) -> type[http.server.BaseHTTPRequestHandler]:
             self.send_header("Content-Length", length)
             self.end_headers()
             if self.command != "HEAD":
-                self.wfile.write(data)
+                self.wfile.write(data[: len(data) // 2] if cut else data)
+            if cut:  # the length promised more: the client sees the body end early
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
 
         do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _forward
 

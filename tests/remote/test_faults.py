@@ -1,17 +1,24 @@
-"""Transient failures are retried and counted; a spent budget raises, naming the URL."""
+"""Transient failures (told by type and status) are retried and counted; a spent budget
+raises, naming the URL; a store that never answers times out, naming what to raise."""
 
 from __future__ import annotations
 
+import datetime
 import os
+import socket
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from chute._remote import RetryBudgetExceeded, RetryPolicy, open_source
+from chute._remote.retry import is_timeout, is_transient
 
 FAST = RetryPolicy(attempts=10, deadline=30, base_delay=0.001, max_delay=0.01)
+ONE_RETRY = RetryPolicy(attempts=1, base_delay=0.001, max_delay=0.001)
 
 
-@pytest.mark.parametrize("faults", [(503,), (500, 503, "reset")], ids=["503", "mixed"])
+@pytest.mark.parametrize("faults", [(503,), (500, 503, "reset", "cut")], ids=["503", "mixed"])
 def test_reads_survive_injected_faults_with_identical_bytes(s3, faults) -> None:
     data = os.urandom(1 << 20)
     url = s3.put("flaky.bin", data)
@@ -61,12 +68,119 @@ def test_retry_policy_rejects_bad_values() -> None:
         RetryPolicy(deadline=-1.0)
 
 
-def test_a_request_the_client_cannot_build_is_not_retried() -> None:
-    from chute._remote.retry import is_transient
+def _error_of(call: Callable[[], object]) -> Exception:
+    try:
+        call()
+    except Exception as exc:
+        return exc
+    raise AssertionError("the call did not fail")
 
-    class GenericError(Exception):
-        pass
 
-    built = "Generic HTTP error: Error performing HEAD http://h/k - HTTP error: builder error"
+def _bare_store(endpoint: str, bucket: str = "b", timeout: float = 30.0) -> Any:
+    """An obstore store that does not retry, so its first failure is the one raised."""
+    from obstore.store import S3Store
+
+    config = {"endpoint": endpoint, "region": "us-east-1", "access_key_id": "test",
+              "secret_access_key": "test"}  # fmt: skip
+    return S3Store(
+        bucket,
+        config=config,
+        client_options={"allow_http": True, "timeout": datetime.timedelta(seconds=timeout)},
+        retry_config={"max_retries": 0, "retry_timeout": datetime.timedelta(seconds=60)},
+    )
+
+
+@pytest.mark.parametrize(
+    "fault, transient",
+    [(503, True), (500, True), (429, True), ("reset", True), ("cut", True),
+     (400, False), (403, False), (404, False)],
+)  # fmt: skip
+def test_obstore_failures_are_told_by_their_status_and_kind(s3, fault, transient) -> None:
+    import obstore
+
+    s3.put("k.bin", b"x" * 100_000)
+    store = _bare_store(s3.proxy.url, s3.bucket)
+    s3.proxy.configure(fault_rate=1.0, faults=(fault,))
+    exc = _error_of(lambda: bytes(obstore.get(store, "k.bin").bytes()))
+    assert is_transient(exc) is transient, exc
+    assert not is_timeout(exc)
+
+
+def test_a_silent_store_times_out_and_a_refused_connection_is_transient(silent) -> None:
+    import obstore
+
+    exc = _error_of(lambda: obstore.head(_bare_store(silent.url, timeout=0.2), "k"))
+    assert is_transient(exc) and is_timeout(exc), exc
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    exc = _error_of(lambda: obstore.head(_bare_store(refused), "k"))
+    assert is_transient(exc) and not is_timeout(exc), exc
+
+
+def test_the_words_of_a_message_do_not_decide() -> None:
+    from obstore.exceptions import GenericError
+
+    worded = "Generic S3 error: HTTP error: error sending request: connection timed out"
+    assert not is_transient(GenericError(worded))  # neither a status nor a kind
+    built = (
+        "Generic HTTP error: HTTP error: builder error\n\nDebug source:\nGeneric {\n"
+        "    source: HttpError {\n        kind: Unknown,\n    },\n}"
+    )
     assert not is_transient(GenericError(built))
-    assert is_transient(GenericError("Generic HTTP error: error sending request for url"))
+    assert is_transient(GenericError(built.replace("Unknown", "Interrupted")))
+    assert not is_transient(OSError("connection reset: the network went away"))
+    try:
+        raise ConnectionResetError(104, "reset")
+    except ConnectionResetError as cause:
+        wrapped = OSError("the read failed")
+        wrapped.__cause__ = cause
+    assert is_transient(wrapped)  # what it was raised from decides
+    assert not is_transient(RetryBudgetExceeded("spent"))
+
+
+def test_the_http_stacks_errors_are_told_by_type_and_status() -> None:
+    aiohttp = pytest.importorskip("aiohttp")
+    requests = pytest.importorskip("requests")
+    gcsfs_retry = pytest.importorskip("gcsfs.retry")
+    assert is_transient(aiohttp.ClientPayloadError("Response payload is not completed"))
+    assert is_transient(aiohttp.ServerDisconnectedError())
+    assert is_transient(aiohttp.ClientResponseError(None, (), status=503))  # type: ignore[arg-type]
+    assert not is_transient(aiohttp.ClientResponseError(None, (), status=404))  # type: ignore[arg-type]
+    assert is_transient(requests.exceptions.ChunkedEncodingError())
+    assert not is_transient(requests.exceptions.SSLError())
+    assert is_transient(gcsfs_retry.HttpError({"code": 503, "message": "backend error"}))
+    assert not is_transient(gcsfs_retry.HttpError({"code": 401, "message": "login"}))
+
+
+def test_a_body_cut_off_mid_stream_is_retried(s3) -> None:
+    data = os.urandom(1 << 20)
+    url = s3.put("cut.bin", data)
+    source = open_source(url, retry=FAST, max_in_flight=4)
+    source.coalesce = 0
+    s3.proxy.configure(fault_rate=0.4, faults=("cut",), seed=3)
+    ranges = [(i * 50_000, 20_000) for i in range(20)]
+    assert source.read_ranges(ranges) == [data[o : o + n] for o, n in ranges]
+    assert s3.proxy.injected > 0 and source.retries == s3.proxy.injected
+
+
+def test_a_store_that_never_answers_times_out_naming_the_url_and_the_option(
+    silent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import chute
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", silent.url)
+    for name, value in (("AWS_ACCESS_KEY_ID", "t"), ("AWS_SECRET_ACCESS_KEY", "t")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    chute.config.update("remote_request_timeout_s", 0.3)
+    try:
+        source = open_source("s3://bucket/silent.bin", known=(1000, '"etag"'), retry=ONE_RETRY)
+        with pytest.raises(RetryBudgetExceeded) as info:
+            source.read_ranges([(0, 10)])
+    finally:
+        chute.config.update("remote_request_timeout_s", 30.0)
+    message = str(info.value)
+    assert "GET s3://bucket/silent.bin bytes 0-10 failed after 2 tries" in message
+    assert "did not answer within the request timeout" in message
+    assert "remote_request_timeout_s" in message and "CHUTE_REMOTE_REQUEST_TIMEOUT_S" in message

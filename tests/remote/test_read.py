@@ -185,3 +185,18 @@ def test_a_failed_source_cancels_the_other_sources_of_a_batch() -> None:
         assert sorted(waiting.cancelled) == [0, 5000]
     finally:
         _released(failing, waiting)
+
+
+def test_a_blocking_filesystem_reads_inside_a_running_event_loop() -> None:
+    """Its calls run on chute's I/O loop, as obstore's do: a notebook's loop is no obstacle."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/chute-loop-test/k.bin", b"0123456789")
+
+    async def main() -> list[bytes]:
+        return open_source("s3://chute-loop-test/k.bin", filesystem=fs).read_ranges([(2, 3)])
+
+    try:
+        assert asyncio.run(main()) == [b"234"]
+    finally:
+        fs.rm("/chute-loop-test", recursive=True)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from chute._remote import ObjectWriter, RetryPolicy, list_prefix, open_source, write_object
+from chute._remote.write import delete_object, upload_file
 
 
 @pytest.fixture(params=["s3", "gcs"])
@@ -73,3 +76,18 @@ def test_glob_lists_matching_shards_sorted(store) -> None:
         store.url(f"data/{n}")
         for n in ("train-00000.ar", "train-00001.ar", "train-00002.ar", "test-00000.ar")
     )
+
+
+def test_writes_and_deletes_work_inside_a_running_event_loop(store, tmp_path) -> None:
+    """As in a notebook or an async program: the calls wait for chute's own loop."""
+    local = tmp_path / "local"
+    local.write_bytes(b"abc")
+
+    async def main() -> bytes:
+        write_object(store.url("async/written"), [b"x" * 10])
+        upload_file(local, store.url("async/uploaded"))
+        delete_object(store.url("async/written"))
+        return open_source(store.url("async/uploaded")).read_all()
+
+    assert asyncio.run(main()) == b"abc"
+    assert store.keys() == ["async/uploaded"]

@@ -37,6 +37,12 @@ _OPTIONS: dict[str, _Option] = {
     "stats_log_interval_s": _Option(
         60.0, float, "chute only: seconds between the statistics summaries logged while tracking."
     ),
+    "remote_request_timeout_s": _Option(
+        30.0,
+        float,
+        "chute only: seconds an object-store request may go unanswered before it fails "
+        "(and is retried).",
+    ),
     "py_relay_sigterm_to_main": _Option(
         False, bool, "Accepted for Grain's code; chute's workers exit with their parent."
     ),

@@ -32,6 +32,7 @@ from chute._execution import (
     shutdown,
     unpicklable,
     worker_errors,
+    worker_loop,
     worker_seeds,
 )
 from chute._execution.transport import RingReader
@@ -42,32 +43,42 @@ logger = logging.getLogger("chute")
 __all__ = ["RemoteIterator", "WorkerDiedError"]  # WorkerDiedError: its old home, still importable
 
 
-# How long a closed worker may take to finish the element it is making before it is
-# killed: a worker that is not stuck leaves within milliseconds of its pipes closing.
-# A worker whose elements take longer (a batch read from a bucket) gets twice the longest
-# time between two of its elements, up to MAX_STOP_GRACE_S.
+# How long a closed worker may take to leave before it is killed.  close() does not wait
+# for the element in the making (no one wants it): it tells the worker to stop now
+# (SIGTERM, see worker_loop), which ends whatever wait the worker is in (a read from a
+# store that stopped answering, a sleep, a lock) and lets it clean up within milliseconds.
+# Only a worker stuck in native code that never returns to Python takes the whole grace.
 STOP_GRACE_S = 0.5
-MAX_STOP_GRACE_S = 10.0
 # Restarts of one worker without an element delivered in between, before its death is raised.
 _MAX_RESTARTS = 3
 
 
-def _stop(
-    process: Any, pipes: list[Any], reader: RingReader, deadline: list[float], grace: list[float]
-) -> None:
+def _stop(process: Any, pipes: list[Any], reader: RingReader, deadline: list[float]) -> None:
     for conn in pipes:
         conn.close()
-    process.join(timeout=max(0.0, (deadline[0] or time.monotonic() + grace[0]) - time.monotonic()))
+    _interrupt(process)
+    process.join(
+        timeout=max(0.0, (deadline[0] or time.monotonic() + STOP_GRACE_S) - time.monotonic())
+    )
     if process.is_alive():
         logger.warning(
-            "chute: %s did not stop within %.1f s of close() (it is stuck inside the "
-            "pipeline, e.g. a read that never returns); it was killed.",
+            "chute: %s did not stop within %.1f s of close() (it is stuck inside native "
+            "code that does not return, e.g. a read that never returns); it was killed.",
             process.name,
-            grace[0],
+            STOP_GRACE_S,
         )
         process.kill()
         process.join(timeout=5)
     reader.close()
+
+
+def _interrupt(process: Any) -> None:
+    """Tells a worker to stop now, whatever it is doing (SIGTERM: see ``worker_loop``)."""
+    try:
+        if process.is_alive():
+            process.terminate()
+    except (OSError, ValueError):  # it is gone already
+        pass
 
 
 class RemoteIterator(DatasetIterator[Any]):
@@ -118,34 +129,27 @@ class RemoteIterator(DatasetIterator[Any]):
             job = self._pickled(job)
         self._ring = RingReader()
         self.start_method = method
-        self._process = processes.start(
-            worker_main,
-            (
-                job,
-                send,
-                credit_in,
-                self._index,
-                self._count,
-                self._ring.prefix,
-                worker_seeds.resumed_seed(self._seed, state),
-            ),
-            name=f"chute-worker-{self._index}",
-            method=method,
-        )
+        with worker_loop.stop_signal_held():
+            self._process = processes.start(
+                worker_main,
+                (
+                    job,
+                    send,
+                    credit_in,
+                    self._index,
+                    self._count,
+                    self._ring.prefix,
+                    worker_seeds.resumed_seed(self._seed, state),
+                ),
+                name=f"chute-worker-{self._index}",
+                method=method,
+            )
         send.close()
         credit_in.close()
         self._results, self._credits = receive, credit_out
         self._stop_deadline = [0.0]  # set by begin_stop(); 0: none yet
-        self._grace = [STOP_GRACE_S]  # how long close() waits for the element in the making
-        self._last_message = time.monotonic()
         self._finalizer = weakref.finalize(
-            self,
-            _stop,
-            self._process,
-            [receive, credit_out],
-            self._ring,
-            self._stop_deadline,
-            self._grace,
+            self, _stop, self._process, [receive, credit_out], self._ring, self._stop_deadline
         )
         shutdown.on_terminate(self._finalizer)  # SIGTERM stops the worker as exit would
         shutdown.install()
@@ -191,10 +195,6 @@ class RemoteIterator(DatasetIterator[Any]):
             data = self._results.recv_bytes()
         except EOFError:
             raise self._died() from None
-        now = time.monotonic()
-        gap, self._last_message = now - self._last_message, now
-        if 2 * gap > self._grace[0]:  # slow elements: close() waits for one to finish
-            self._grace[0] = min(MAX_STOP_GRACE_S, 2 * gap)
         message = self._ring.decode(data[1:]) if data[:1] == b"R" else pickle.loads(data[1:])
         if message[0] == FAILED:
             raise self._failed(message[1])
@@ -316,9 +316,10 @@ class RemoteIterator(DatasetIterator[Any]):
         and ``close()`` waits for each only until a deadline shared by all of them.
         """
         if not self._closed and not self._stop_deadline[0]:
-            self._stop_deadline[0] = time.monotonic() + self._grace[0]
+            self._stop_deadline[0] = time.monotonic() + STOP_GRACE_S
             for conn in (self._credits, self._results):
                 conn.close()
+            _interrupt(self._process)
 
     def close(self) -> None:
         if not self._closed:

@@ -12,8 +12,9 @@ A handler the program installed itself is never replaced (chute installs
 none then; such a program usually exits normally, and normal exit stops the
 workers).  A handler installed after chute's replaces it; one that chains
 to the previous handler reaches chute's, which ends the process as the
-default action would.  Processes forked from this one (workers included)
-treat SIGTERM in the default way.
+default action would.  Processes forked from this one treat SIGTERM in the
+default way; chute's workers install their own handler, which stops the
+worker at once and cleanly (``worker_loop``): that is how ``close()`` stops them.
 """
 
 from __future__ import annotations

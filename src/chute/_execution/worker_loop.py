@@ -6,13 +6,23 @@ the iterator's state right after it; ``READY`` with the state after a start
 or a restore; ``FAILED`` when the worker cannot start.  Messages starting
 with ``b"R"`` are ``RingWriter`` messages (large arrays in shared memory),
 ``b"P"`` plain pickles.
+
+SIGTERM (what the parent's ``close()`` sends) stops the worker at once: the handler
+raises ``WorkerStopped`` in the worker's main thread, which ends whatever wait it is in
+(a read from a store that stopped answering, a sleep, a lock); the object-store requests
+in flight are cancelled, the pipeline is closed and the worker exits with status 0.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import pickle
+import signal
+import sys
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import cloudpickle
@@ -23,9 +33,41 @@ from chute._execution import processes, tuning, worker_errors, worker_seeds
 from chute._execution.transport import RING_MIN_BYTES, RingWriter
 from chute._stages.batch import BatchIterDataset
 
-__all__ = ["END", "ERROR", "FAILED", "ITEM", "READY", "plain", "worker_main"]
+__all__ = ["END", "ERROR", "FAILED", "ITEM", "READY", "WorkerStopped", "plain", "worker_main"]
 
 ITEM, ERROR, END, READY, FAILED = "item", "error", "end", "ready", "failed"
+
+
+class WorkerStopped(SystemExit):
+    """The parent told the worker to stop (SIGTERM); it leaves the element it was making."""
+
+
+@contextlib.contextmanager
+def stop_signal_held() -> Iterator[None]:
+    """Holds SIGTERM back in this thread while it starts a worker: the worker inherits the
+    mask (a forked one would otherwise run this process's own SIGTERM handler) and lets
+    the signal through once its handler is installed."""
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _stop_now(signum: int, frame: Any) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the cleanup that follows runs whole
+    raise WorkerStopped(0)
+
+
+def _stop_requests() -> None:
+    """Cancels the object-store requests in flight (their reads raise at once), so that
+    closing the pipeline does not wait for a store that stopped answering."""
+    io_loop = sys.modules.get("chute._remote.io_loop")  # not imported: no request was made
+    if io_loop is not None:
+        io_loop.stop("this worker process was told to stop")
 
 
 def plain(message: tuple[Any, ...]) -> bytes:
@@ -49,6 +91,10 @@ def worker_main(
     ``init_fn`` runs (it may seed them again).
     """
     processes.ignore_interrupts()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop_now)
+        if hasattr(signal, "pthread_sigmask"):  # held back while this worker started
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     processes.keep_freed_memory()
     tuning.in_worker_process()
     try:
@@ -87,7 +133,9 @@ def worker_main(
     try:
         send((READY, None, it.get_state()))
         _serve(it, credits, send)
-    except (EOFError, BrokenPipeError, OSError):
+    except (EOFError, BrokenPipeError, OSError, WorkerStopped) as exc:
+        if isinstance(exc, WorkerStopped):
+            _stop_requests()
         writer.sweep()  # the parent is gone or stopped us: leave no slot behind
         return
     finally:

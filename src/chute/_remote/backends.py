@@ -31,11 +31,40 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
+from chute._remote import io_loop
+from chute._remote.io_loop import run_on_io_loop
+
 T = TypeVar("T")
 
 _NO_RETRIES: Any = {"max_retries": 0, "retry_timeout": datetime.timedelta(seconds=60)}
 _stores: dict[tuple[Any, ...], Any] = {}
 _stores_lock = threading.Lock()
+io_loop.on_stop(_stores.clear)  # the loop's end releases the clients it served
+
+
+def request_timeout() -> float:
+    """Seconds an object-store request may go unanswered (``remote_request_timeout_s``)."""
+    from chute._core.config import config
+
+    timeout = float(config.remote_request_timeout_s)
+    if not timeout > 0:
+        raise ValueError(
+            f"remote_request_timeout_s must be a number of seconds > 0 (got {timeout!r}); set "
+            "it with chute.config.update('remote_request_timeout_s', 60.0) or "
+            "CHUTE_REMOTE_REQUEST_TIMEOUT_S=60."
+        )
+    return timeout
+
+
+def _client_options(allow_http: bool) -> Any:
+    """obstore's client options: the request timeout chute's config sets (the connection
+    timeout is obstore's 5 s, or the request timeout if that is shorter)."""
+    timeout = request_timeout()
+    return {
+        "allow_http": allow_http,
+        "timeout": datetime.timedelta(seconds=timeout),
+        "connect_timeout": datetime.timedelta(seconds=min(5.0, timeout)),
+    }
 
 
 def _import_obstore() -> Any:
@@ -60,7 +89,7 @@ def _s3_store(bucket: str) -> Any:
         config["endpoint"] = endpoint
     if region:
         config["region"] = region
-    options: Any = {"allow_http": bool(endpoint and endpoint.startswith("http://"))}
+    options = _client_options(bool(endpoint and endpoint.startswith("http://")))
     return S3Store(bucket, config=config, client_options=options, retry_config=_NO_RETRIES)
 
 
@@ -68,7 +97,7 @@ def obstore_store(scheme: str, bucket: str) -> Any:
     """A cached obstore store for ``scheme://bucket``, configured from the environment."""
     obstore = _import_obstore()
     keys = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID")
-    key = (os.getpid(), scheme, bucket, *(os.environ.get(k) for k in keys))
+    key = (os.getpid(), scheme, bucket, request_timeout(), *(os.environ.get(k) for k in keys))
     with _stores_lock:
         store = _stores.get(key)
         if store is None:
@@ -77,11 +106,15 @@ def obstore_store(scheme: str, bucket: str) -> Any:
             elif scheme in ("http", "https"):
                 store = obstore.store.HTTPStore.from_url(
                     f"{scheme}://{bucket}",
-                    client_options={"allow_http": scheme == "http"},
+                    client_options=_client_options(scheme == "http"),
                     retry_config=_NO_RETRIES,
                 )
             else:
-                store = obstore.store.from_url(f"{scheme}://{bucket}", retry_config=_NO_RETRIES)
+                store = obstore.store.from_url(
+                    f"{scheme}://{bucket}",
+                    client_options=_client_options(False),
+                    retry_config=_NO_RETRIES,
+                )
             _stores[key] = store
     return store
 
@@ -124,43 +157,23 @@ class ObstoreBackend:
         self.store, self.path = store, path
 
     async def head(self) -> tuple[int, str | None]:
-        meta = await self.obstore.head_async(self.store, self.path)
+        meta = await io_loop.client(self.obstore.head_async(self.store, self.path))
         return int(meta["size"]), meta.get("e_tag") or meta.get("version")
 
     async def get(self, start: int, end: int, version: str | None) -> bytes:
         options: dict[str, Any] = {"range": (start, end)}
         if version is not None:
             options["if_match"] = version
-        result = await self.obstore.get_async(self.store, self.path, options=options)
-        return bytes(await result.bytes_async())
+        result = await io_loop.client(
+            self.obstore.get_async(self.store, self.path, options=options)
+        )
+        return bytes(await io_loop.client(result.bytes_async()))
 
     def is_changed_error(self, exc: BaseException) -> bool:
         return isinstance(exc, self.obstore.exceptions.PreconditionError)
 
     def run(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return run_on_io_loop(make)
-
-
-_io: tuple[int, asyncio.AbstractEventLoop] | None = None  # (pid, loop) of this process
-_io_lock = threading.Lock()
-
-
-def run_on_io_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Runs the coroutine ``make()`` on this process's I/O loop and waits for its result.
-
-    One event loop, on a daemon thread named ``chute-io`` started on first use, serves
-    every obstore request of the process: the threads that read shards at once share it,
-    instead of each making, running and closing a loop of its own for every batch (which
-    cost about a fifth of the client's time per request).  A forked child starts its own.
-    """
-    global _io
-    with _io_lock:
-        if _io is None or _io[0] != os.getpid():
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="chute-io", daemon=True).start()
-            _io = (os.getpid(), loop)
-        loop = _io[1]
-    return asyncio.run_coroutine_threadsafe(make(), loop).result()
 
 
 class FsspecBackend:
@@ -194,4 +207,4 @@ class FsspecBackend:
             from fsspec.asyn import sync
 
             return sync(self.fs.loop, make)
-        return asyncio.run(make())
+        return run_on_io_loop(make)  # its calls run on threads; the loop only waits

@@ -1,26 +1,69 @@
 """Which failures of an object store are worth retrying, and how long to wait between tries.
 
-Transient failures are HTTP 429/500/502/503/504 answers, timeouts and dropped or reset
-connections; they are retried with exponential backoff and full jitter (a delay drawn
-uniformly from ``[0, min(max_delay, base_delay * 2**attempt)]``), at most ``attempts``
-times per request and never past ``deadline`` seconds from the first try.  Everything
-else (403, 404, a changed object, a bad request) raises at once.
+Transient failures are HTTP 429/500/502/503/504 answers, timeouts, refused, dropped or reset
+connections and answers cut off mid-body; they are retried with exponential backoff and
+full jitter (a delay drawn uniformly from ``[0, min(max_delay, base_delay * 2**attempt)]``),
+at most ``attempts`` times per request and never past ``deadline`` seconds from the first
+try.  Everything else (403, 404, a changed object, a request the client cannot build)
+raises at once.
+
+A failure is told by its type and its status code, never by the words of its message:
+
+* Python's own types: ``ConnectionError`` (refused, reset, aborted), ``TimeoutError``,
+  ``http.client.IncompleteRead`` are transient; ``FileNotFoundError``,
+  ``PermissionError``, ``IsADirectoryError``, ``NotADirectoryError`` are not.
+* A status code, from the exception's ``status``, ``code`` or ``status_code`` (aiohttp,
+  gcsfs's ``HttpError``), or its ``response`` (requests, botocore).
+* obstore's errors carry no attribute but the structured form of the Rust error
+  (``Debug source:``): its ``status`` field, or the ``kind`` of its ``HttpError``, which
+  is transient for ``Connect``, ``Request``, ``Timeout`` and ``Interrupted`` (the kinds
+  object_store itself retries) and not for ``Decode`` or ``Unknown``.
+* The transport errors of the HTTP stacks fsspec's filesystems use, when imported:
+  aiohttp's ``ClientConnectionError`` and ``ClientPayloadError``, requests',
+  urllib3's and botocore's connection, timeout and body errors.
+* Otherwise the exception it was raised from (``raise ... from``) decides.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import http.client
 import random
 import re
+import ssl
+import sys
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
-_STATUS = re.compile(r"status code: (\d{3})|\b(?:status|code)[=: ]+(\d{3})\b")
+TRANSIENT_KINDS = frozenset({"Connect", "Request", "Timeout", "Interrupted"})
+_PERMANENT = (
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    ssl.SSLCertVerificationError,
+)
+_TRANSIENT = (ConnectionError, TimeoutError, http.client.IncompleteRead)
+# The connection, timeout and body errors of the HTTP stacks under fsspec's filesystems,
+# and the ones among them that no retry cures (a certificate that does not verify).
+_TRANSPORT_ERRORS: dict[str, tuple[str, ...]] = {
+    "aiohttp": ("ClientConnectionError", "ClientPayloadError"),
+    "requests.exceptions": ("ConnectionError", "Timeout", "ChunkedEncodingError"),
+    "urllib3.exceptions": ("ProtocolError", "TimeoutError"),
+    "botocore.exceptions": ("ConnectionError", "ReadTimeoutError", "ResponseStreamingError"),
+}
+_TRANSPORT_PERMANENT: dict[str, tuple[str, ...]] = {
+    "aiohttp": ("ClientConnectorCertificateError", "ClientSSLError"),
+    "requests.exceptions": ("SSLError", "InvalidURL"),
+}
+# Fields of the Rust error that obstore prints after "Debug source:".
+_RUST_STATUS = re.compile(r"\b(?:Status|Client|Server) \{\s*status: (\d{3})\b")
+_RUST_KIND = re.compile(r"\bHttpError \{\s*kind: (\w+)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,35 +99,68 @@ class RetryBudgetExceeded(OSError):
 
 
 def status_of(exc: BaseException) -> int | None:
-    """The HTTP status an exception reports, from its attributes or its message."""
+    """The HTTP status an exception reports: an attribute, its response's, or obstore's field."""
+    for holder in (exc, getattr(exc, "response", None)):
+        for value in _status_fields(holder):
+            if isinstance(value, int) and not isinstance(value, bool) and 100 <= value < 600:
+                return value
+    found = _RUST_STATUS.search(_rust_error(exc))
+    return int(found.group(1)) if found else None
+
+
+def _status_fields(holder: Any) -> Iterator[Any]:
+    if isinstance(holder, dict):  # botocore's ClientError.response
+        yield (holder.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        return
     for name in ("status", "code", "status_code"):
-        value = getattr(exc, name, None)
-        if isinstance(value, int) and 100 <= value < 600:
-            return value
-    match = _STATUS.search(str(exc).split("\n", 1)[0])
-    if match:
-        return int(match.group(1) or match.group(2))
-    return None
+        yield getattr(holder, name, None)  # one at a time: aiohttp warns when "code" is read
+
+
+def http_kind(exc: BaseException) -> str | None:
+    """The ``kind`` of the ``HttpError`` inside an obstore error (``"Timeout"``, ...)."""
+    found = _RUST_KIND.search(_rust_error(exc))
+    return found.group(1) if found else None
 
 
 def is_transient(exc: BaseException) -> bool:
-    """Whether ``exc`` is a failure that a retry may cure."""
-    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
-        return False
-    status = status_of(exc)
-    if status is not None:
-        return status in TRANSIENT_STATUS
-    if isinstance(exc, (ConnectionError, TimeoutError, asyncio.TimeoutError)):
-        return True
-    name = type(exc).__name__
-    text = str(exc).split("\n", 1)[0].lower()
-    if name in ("ClientError", "ServerDisconnectedError", "ClientPayloadError"):
-        return True  # aiohttp's transport errors, as fsspec's filesystems raise them
-    if "builder error" in text:  # the client could not even build the request: a setup fault
-        return False
-    return name == "GenericError" and any(
-        word in text for word in ("http error", "sending request", "timed out", "connection")
-    )
+    """Whether ``exc`` is a failure that a retry may cure (see the module docstring)."""
+    for _ in range(8):  # the exception and the ones it was raised from
+        if isinstance(exc, (*_PERMANENT, RetryBudgetExceeded, *_loaded(_TRANSPORT_PERMANENT))):
+            return False
+        status = status_of(exc)
+        if status is not None:
+            return status in TRANSIENT_STATUS
+        if isinstance(exc, (*_TRANSIENT, *_loaded(_TRANSPORT_ERRORS))):
+            return True
+        kind = http_kind(exc)
+        if kind is not None:
+            return kind in TRANSIENT_KINDS
+        if exc.__cause__ is None:
+            return False
+        exc = exc.__cause__
+    return False
+
+
+def is_timeout(exc: BaseException) -> bool:
+    """Whether ``exc`` is a request that got no answer in time."""
+    return isinstance(exc, TimeoutError) or http_kind(exc) == "Timeout"
+
+
+def _rust_error(exc: BaseException) -> str:
+    if not type(exc).__module__.startswith("obstore"):
+        return ""
+    return str(exc).partition("\nDebug source:\n")[2]
+
+
+def _loaded(types: dict[str, tuple[str, ...]]) -> tuple[type[BaseException], ...]:
+    """The error types named in ``types`` of the modules imported so far (a module not
+    imported raised none of its errors)."""
+    found: list[Any] = []
+    for module_name, names in types.items():
+        module = sys.modules.get(module_name)
+        if module is not None:
+            found += [getattr(module, name) for name in names if hasattr(module, name)]
+    return tuple(t for t in found if isinstance(t, type) and issubclass(t, BaseException))
 
 
 async def with_retries(
@@ -109,14 +185,28 @@ async def with_retries(
                 raise
             elapsed = time.monotonic() - start
             if retry >= policy.attempts or elapsed >= policy.deadline:
-                first_line = str(exc).split("\n", 1)[0]
                 raise RetryBudgetExceeded(
                     f"{describe()} failed after {retry + 1} tries in {elapsed:.1f} s "
                     f"(at most {policy.attempts} retries within {policy.deadline:g} s); "
-                    f"last failure: {type(exc).__name__}: {first_line}"
+                    f"last failure: {_last_failure(exc)}"
                 ) from exc
             on_retry(exc)
             rng = rng or random.Random()
             wait = min(policy.delay(retry, rng), max(0.0, policy.deadline - elapsed))
             retry += 1
             await asyncio.sleep(wait)
+
+
+def _last_failure(exc: BaseException) -> str:
+    first_line = f"{type(exc).__name__}: " + str(exc).split("\n", 1)[0]
+    if not is_timeout(exc):
+        return first_line
+    from chute._core.config import config
+
+    return (
+        f"the store did not answer within the request timeout ({first_line}). chute's "
+        f"stores wait {float(config.remote_request_timeout_s):g} s: raise it with "
+        "chute.config.update('remote_request_timeout_s', seconds) or "
+        "CHUTE_REMOTE_REQUEST_TIMEOUT_S=seconds (a store passed as filesystem= keeps the "
+        "timeout of its own client_options)."
+    )

@@ -73,6 +73,10 @@ def split_url(url: str) -> tuple[str, str, str]:
     return parsed.scheme, parsed.netloc, key
 
 
+class IncompleteAnswer(ConnectionError):
+    """A ranged GET answered with fewer bytes than it asked for (the body was cut off)."""
+
+
 class RangedSource:
     """Reads byte ranges of one remote object concurrently, retrying transient failures.
 
@@ -176,12 +180,7 @@ class RangedSource:
 
         async def one(start: int, end: int) -> bytes:
             async with gate:
-                data = await self._guard(backend.get(start, end, self.version), "GET", start, end)
-            if len(data) != end - start:
-                raise OSError(
-                    f"{self.url}: asked for bytes {start}-{end} and got {len(data)} bytes."
-                )
-            return data
+                return await self._guard(self._get(backend, start, end), "GET", start, end)
 
         blobs = await gather_or_cancel(one(s, e) for s, e in merged)
         if not backend.checks_each_read and self.version is not None:
@@ -199,13 +198,22 @@ class RangedSource:
                 return calls.pop()
             if verb == "HEAD":
                 return backend.head()
-            return backend.get(start, end, self.version)
+            return self._get(backend, start, end)
 
         where = f"{verb} {self.url}" + (f" bytes {start}-{end}" if verb == "GET" else "")
         try:
             return await with_retries(again, self.retry, self._count, lambda: where)
         except Exception as exc:
             raise self._translate(exc) from exc
+
+    async def _get(self, backend: Any, start: int, end: int) -> bytes:
+        """Bytes ``start``-``end``, whole: an answer cut short is a failure to retry."""
+        data = await backend.get(start, end, self.version)
+        if len(data) != end - start:
+            raise IncompleteAnswer(
+                f"{self.url}: asked for bytes {start}-{end} and got {len(data)} bytes."
+            )
+        return data
 
     def _count(self, exc: BaseException) -> None:
         with self._lock:
@@ -244,7 +252,7 @@ def read_many(requests: list[tuple[RangedSource, list[tuple[int, int]]]]) -> lis
 
     The sources must all be ``on_io_loop``.
     """
-    from chute._remote.backends import run_on_io_loop
+    from chute._remote.io_loop import run_on_io_loop
 
     async def together() -> list[list[bytes]]:
         return await gather_or_cancel(s.read_ranges_async(r) for s, r in requests)

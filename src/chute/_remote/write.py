@@ -21,7 +21,8 @@ import tempfile
 from collections.abc import Awaitable, Callable, Iterable
 from typing import IO, Any
 
-from chute._remote import backends
+from chute._remote import backends, io_loop
+from chute._remote.io_loop import run_on_io_loop
 from chute._remote.retry import RetryPolicy, with_retries
 from chute._remote.source import split_url
 
@@ -105,7 +106,8 @@ class ObjectWriter:
             spool.seek(0)
             return await asyncio.to_thread(obstore.put, client, self._key, spool)
 
-        asyncio.run(with_retries(put, self._retry, lambda exc: None, lambda: f"PUT {self.url}"))
+        describe = f"PUT {self.url}"
+        run_on_io_loop(lambda: with_retries(put, self._retry, lambda exc: None, lambda: describe))
 
 
 def write_object(
@@ -167,25 +169,18 @@ def delete_object(
     url = os.fspath(url)
     scheme, bucket, key = split_url(url)
     if scheme == "file" and filesystem is None:
-        remove = _remove_local(key)
-    else:
-        client = backends.client_for(scheme, bucket, filesystem)
-        if backends.is_obstore(client):
-            remove = _remove_obstore(client, key)
-        else:
-            remove = _remove_fsspec(client, f"{bucket}/{key}")
-    policy = retry if retry is not None else RetryPolicy()
-    asyncio.run(with_retries(remove, policy, lambda exc: None, lambda: f"DELETE {url}"))
-
-
-def _remove_local(path: str) -> Callable[[], Awaitable[None]]:
-    async def remove() -> None:
         try:
-            os.remove(path)
+            os.remove(key)
         except FileNotFoundError:
             pass
-
-    return remove
+        return
+    client = backends.client_for(scheme, bucket, filesystem)
+    if backends.is_obstore(client):
+        remove = _remove_obstore(client, key)
+    else:
+        remove = _remove_fsspec(client, f"{bucket}/{key}")
+    policy = retry if retry is not None else RetryPolicy()
+    run_on_io_loop(lambda: with_retries(remove, policy, lambda exc: None, lambda: f"DELETE {url}"))
 
 
 def _remove_fsspec(fs: Any, path: str) -> Callable[[], Awaitable[None]]:
@@ -203,7 +198,7 @@ def _remove_obstore(store: Any, key: str) -> Callable[[], Awaitable[None]]:
 
     async def remove() -> None:
         try:
-            await asyncio.to_thread(obstore.delete, store, key)
+            await io_loop.client(obstore.delete_async(store, key))
         except (FileNotFoundError, obstore.exceptions.NotFoundError):
             pass  # stores other than S3 answer 404 for a key that is not there
 
