@@ -158,6 +158,19 @@ def test_a_killed_worker_raises_instead_of_hanging() -> None:
     it.close()
 
 
+def test_a_worker_stopped_from_outside_raises_instead_of_ending_its_share() -> None:
+    ds = grain.MapDataset.range(1000).to_iter_dataset()
+    it = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
+    next(it)
+    victim = it._parents[1]._process
+    os.kill(victim.pid, signal.SIGTERM)  # a cluster stopping the process group, say
+    victim.join(timeout=10)
+    with pytest.raises(WorkerDiedError, match=r"worker 1 of 2 .* stopped before its share"):
+        for _ in range(1000):
+            next(it)
+    it.close()
+
+
 def _worker_processes(it: Any) -> list[Any]:
     return [w._process for w in it._parents]
 

@@ -217,10 +217,17 @@ class RemoteIterator(DatasetIterator[Any]):
 
     def _died(self) -> WorkerDiedError:
         self._process.join(timeout=1)
+        code = self._process.exitcode
+        how = (
+            "stopped before its share ended (exit code 0: something other than this iterator "
+            "sent it SIGTERM)"
+            if code == 0
+            else f"died with exit code {code} (a negative code is the signal that killed it, "
+            "e.g. -9 when the system ran out of memory)"
+        )
         return WorkerDiedError(
-            f"chute worker {self._index} of {self._count} (pid {self._process.pid}) died with "
-            f"exit code {self._process.exitcode} (a negative code is the signal that killed it, "
-            "e.g. -9 when the system ran out of memory). Restore the last state to go on."
+            f"chute worker {self._index} of {self._count} (pid {self._process.pid}) {how}. "
+            "Restore the last state to go on."
         )
 
     def __next__(self) -> Any:
