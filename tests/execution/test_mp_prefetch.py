@@ -161,7 +161,7 @@ def test_a_killed_worker_raises_instead_of_hanging() -> None:
 def test_a_worker_stopped_from_outside_raises_instead_of_ending_its_share() -> None:
     ds = grain.MapDataset.range(1000).to_iter_dataset()
     it = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
-    next(it)
+    next(it), next(it)  # worker 1 has delivered: its SIGTERM handler is in place
     victim = it._parents[1]._process
     os.kill(victim.pid, signal.SIGTERM)  # a cluster stopping the process group, say
     victim.join(timeout=10)
