@@ -34,13 +34,13 @@ from chute._core.validate import check_int
 from chute._execution import processes, worker_seeds
 from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
-from chute._execution.streams import Stream, positions_of, relayout
 from chute._loader.grain_state import is_grain_loader_state, loader_from_grain
 from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._loader.pipeline import worker_dataset
 from chute._loader.samplers import IndexSampler
 from chute._loader.sharding import NoSharding, ShardOptions
 from chute._stages.source import SourceMapDataset
+from chute._stages.streams import Stream, positions_of, relayout
 from chute._stats import instrument
 from chute._stats.collector import LoaderCollector
 from chute._stats.records import StageRecord
