@@ -39,6 +39,7 @@ from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._loader.pipeline import worker_dataset
 from chute._loader.samplers import IndexSampler
 from chute._loader.sharding import NoSharding, ShardOptions
+from chute._stages.batch import leaves_stacked_by
 from chute._stages.source import SourceMapDataset
 from chute._stages.streams import Stream, positions_of, relayout
 from chute._stats import instrument
@@ -335,6 +336,7 @@ class DataLoaderIterator:
                     buffer_size=loader._buffer_size,
                     state=s,
                     seed=worker_seeds.worker_seed(self._base_seed, w),
+                    stack_batches=leaves_stacked_by,
                 )
                 for w, (ds, s) in enumerate(zip(datasets, states))
             ]

@@ -29,6 +29,7 @@ from chute._execution import performance, processes, worker_seeds
 from chute._execution.buffer_sizing import BufferSizer
 from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
+from chute._stages.batch import leaves_stacked_by
 from chute._stages.map import MapIterDataset, RandomMapIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
 from chute._stages.slicing import share, share_stream
@@ -123,6 +124,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
                 state=state,
                 seed=worker_seeds.worker_seed(base, w),
                 restart=self._options.restart_workers,
+                stack_batches=leaves_stacked_by,
             )
             for w, state in enumerate(states)
         ]
