@@ -40,6 +40,7 @@ from chute._core.errors import (
     WorkerDiedError,
 )
 from chute._core.options import MultiprocessingOptions, ReadOptions
+from chute._core.sharding import NoSharding, ShardByJaxProcess, ShardOptions
 from chute._core.transforms import Batch
 from chute._core.transforms import Filter as FilterTransform
 from chute._core.transforms import Map as MapTransform
@@ -54,7 +55,6 @@ from chute._loader.operations import (
 )
 from chute._loader.record import Record, RecordMetadata
 from chute._loader.samplers import IndexSampler, SequentialSampler
-from chute._loader.sharding import NoSharding, ShardByJaxProcess, ShardOptions
 from chute._sources.array_record import ArrayRecordDataSource
 from chute._sources.protocol import RandomAccessDataSource
 from chute._sources.range import RangeDataSource

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import chute
+from chute._core.sharding import NoSharding, ShardOptions, even_split
 from chute._loader.record import RecordMetadata, philox_generator
 from chute._loader.samplers import IndexSampler, SequentialSampler
-from chute._loader.sharding import NoSharding, ShardOptions, even_split
 
 
 def _keys(sampler: IndexSampler | SequentialSampler) -> list[int | None]:

@@ -10,10 +10,10 @@ import pytest
 
 import chute
 from chute import ArrayRecordDataSource, MapDataset
+from chute._remote.ranged_source import LocalRanges
 from chute._sources.array_record_index import write_index
 from chute._sources.array_record_writer import write_array_record
 from chute._sources.ranged_array_record import RangedArrayRecordReader
-from chute._sources.ranged_source import LocalRanges
 from chute.cli import main
 
 pytest.importorskip("array_record")

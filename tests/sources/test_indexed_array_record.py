@@ -88,9 +88,9 @@ def test_a_flipped_byte_in_a_shard_is_refused_by_default(
     tmp_path: Path, checksum_impl: str
 ) -> None:
     """Bit rot: one byte of a record's value changes, the file's size and mtime do not."""
+    from chute._remote.ranged_source import LocalRanges
     from chute._sources.array_record_format import ArrayRecordFormatError
     from chute._sources.ranged_array_record import RangedArrayRecordReader
-    from chute._sources.ranged_source import LocalRanges
 
     files = make_set(tmp_path, shards=3, records=100, options="group_size:1,uncompressed")
     index = write_index(files, str(tmp_path / "train.chute-index"))

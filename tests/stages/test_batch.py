@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from chute import MapDataset
+from chute._stages.batch import leaves_stacked_by
 from chute.experimental import assert_equal_output_after_checkpoint, batch_and_pad
 
 
@@ -97,3 +98,16 @@ def test_checkpoints_restore_exactly() -> None:
     assert_equal_output_after_checkpoint(
         MapDataset.range(20).shuffle(seed=2).repeat(2).batch(7).to_iter_dataset()
     )
+
+
+def test_leaves_stacked_by_routes_only_default_batches_through_leaves_fn() -> None:
+    def negated(leaves: list[np.ndarray]) -> np.ndarray:
+        return -np.stack(leaves)
+
+    default = MapDataset.range(4).to_iter_dataset().batch(2)
+    assert [b.tolist() for b in leaves_stacked_by(default, negated)] == [[0, -1], [-2, -3]]
+    assert [b.tolist() for b in default] == [[0, 1], [2, 3]]  # the original is left as it was
+    own = MapDataset.range(4).to_iter_dataset().batch(2, batch_fn=list)
+    assert leaves_stacked_by(own, negated) is own
+    batched_then_mapped = default.map(lambda b: b)
+    assert leaves_stacked_by(batched_then_mapped, negated) is batched_then_mapped

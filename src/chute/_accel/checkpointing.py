@@ -40,7 +40,7 @@ class MissingCheckpointFileError(FileNotFoundError, ValueError):
 
 def process_file_name() -> str:
     """This process's file name in a checkpoint directory, ``process_{i}-of-{n}.json``."""
-    from chute._loader.sharding import _jax_process_index_and_count
+    from chute._core.sharding import _jax_process_index_and_count
 
     index, count = _jax_process_index_and_count()
     return f"process_{index}-of-{count}.json"

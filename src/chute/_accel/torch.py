@@ -155,7 +155,7 @@ def _iterate(ds: IterDataset[Any] | MapDataset[Any], torch: Any) -> Any:
         return iter(ds)
     if isinstance(ds, MapDataset):
         return iter(ds[info.id :: info.num_workers])
-    from chute._execution.slicing import share
+    from chute._stages.slicing import share
 
     try:
         return iter(share(ds, info.id, info.num_workers, sequential=False))

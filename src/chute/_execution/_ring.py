@@ -39,8 +39,6 @@ from multiprocessing import resource_tracker
 
 import numpy as np
 
-from chute._sources._segment import _unlink_name
-
 try:
     import _posixshmem
 except ImportError:  # pragma: no cover - Windows
@@ -58,6 +56,15 @@ _FREE_BYTES = 64 << 20  # free slots a writer keeps, or four times the slot it m
 def segment_name(prefix: str, slot: int) -> str:
     """The name of one slot (0: the control segment)."""
     return f"{prefix}-{slot}"
+
+
+def _unlink_name(name: str) -> None:
+    """Unlinks a segment without a word to the resource tracker (it is not ours)."""
+    try:
+        if _posixshmem is not None:
+            _posixshmem.shm_unlink("/" + name)
+    except FileNotFoundError:
+        pass
 
 
 def _shm_open(name: str, flags: int) -> int:

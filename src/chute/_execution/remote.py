@@ -23,6 +23,7 @@ import pickle
 import signal
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from chute._core.errors import WorkerDiedError, add_note, closed_error
@@ -88,7 +89,9 @@ class RemoteIterator(DatasetIterator[Any]):
     torch's if imported); by default a fresh one (see ``worker_seeds``).  A
     worker started at a saved state (restored, or restarted after it died)
     seeds them from ``seed`` and that state instead, so a restarted worker does
-    not replay the draws it made before.
+    not replay the draws it made before.  ``stack_batches(dataset, leaves_fn)``,
+    when given, lets the worker stack its batches' arrays straight into shared
+    memory (see ``worker_loop``).
     """
 
     _stage = "remote"
@@ -105,6 +108,7 @@ class RemoteIterator(DatasetIterator[Any]):
         state: dict[str, Any] | None = None,
         seed: int | None = None,
         restart: bool = False,
+        stack_batches: Callable[[Any, Callable[[list[Any]], Any]], Any] | None = None,
     ) -> None:
         super().__init__()
         self._restart, self._restarts = restart, 0
@@ -113,7 +117,7 @@ class RemoteIterator(DatasetIterator[Any]):
         self._seed = seed
         self._dataset, self._index, self._count = dataset, index, count
         self._credit_count = max(1, buffer_size) + 1  # buffer_size waiting + one in the making
-        self._init_fn = worker_init_fn
+        self._init_fn, self._stack_batches = worker_init_fn, stack_batches
         self._state_now: dict[str, Any] | None = None
         self._ended = False
         self._launch(state)
@@ -124,7 +128,7 @@ class RemoteIterator(DatasetIterator[Any]):
         credit_in, credit_out = multiprocessing.Pipe(duplex=False)
         processes.keep_out_of_children(receive, credit_out)
         method = processes.start_method()
-        job: Any = (self._dataset, state, self._init_fn)
+        job: Any = (self._dataset, state, self._init_fn, self._stack_batches)
         if method != "fork":
             job = self._pickled(job)
         self._ring = RingReader()
@@ -161,7 +165,7 @@ class RemoteIterator(DatasetIterator[Any]):
         except OSError:  # the worker could not start and is gone: the next read says why
             pass
 
-    def _pickled(self, job: tuple[Any, Any, Any]) -> bytes:
+    def _pickled(self, job: tuple[Any, ...]) -> bytes:
         """The job pickled for the fork server, or the error naming what cannot be pickled."""
         try:
             return processes.dumps(job)

@@ -16,7 +16,6 @@ in flight are cancelled, the pipeline is closed and the worker exits with status
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import pickle
 import signal
@@ -31,7 +30,6 @@ import numpy as np
 from chute._core import iterator, tree
 from chute._execution import processes, tuning, worker_errors, worker_seeds
 from chute._execution.transport import RING_MIN_BYTES, RingWriter
-from chute._stages.batch import BatchIterDataset
 
 __all__ = ["END", "ERROR", "FAILED", "ITEM", "READY", "WorkerStopped", "plain", "worker_main"]
 
@@ -75,7 +73,7 @@ def plain(message: tuple[Any, ...]) -> bytes:
 
 
 def worker_main(
-    job: bytes | tuple[Any, Any, Any],
+    job: bytes | tuple[Any, Any, Any, Any],
     results: Any,
     credits: Any,
     index: int,
@@ -85,8 +83,9 @@ def worker_main(
 ) -> None:
     """The worker's loop: one credit in, one element (or error, or end) out.
 
-    ``job`` is ``(dataset, state, init_fn)``, pickled when the worker did not
-    fork from the parent.  The global random generators are seeded from
+    ``job`` is ``(dataset, state, init_fn, stack_batches)``, pickled when the
+    worker did not fork from the parent (``stack_batches``: see
+    ``_batches_in_ring``).  The global random generators are seeded from
     ``seed`` once the pipeline is loaded (it may import torch), before
     ``init_fn`` runs (it may seed them again).
     """
@@ -99,8 +98,10 @@ def worker_main(
     tuning.in_worker_process()
     try:
         writer = RingWriter(ring)
-        dataset, state, init_fn = cloudpickle.loads(job) if isinstance(job, bytes) else job
-        dataset = _batches_in_ring(dataset, writer)
+        dataset, state, init_fn, stack_batches = (
+            cloudpickle.loads(job) if isinstance(job, bytes) else job
+        )
+        dataset = _batches_in_ring(dataset, writer, stack_batches)
         worker_seeds.seed_globals(seed)
         if init_fn is not None:
             init_fn(index, count)
@@ -143,19 +144,18 @@ def worker_main(
         writer.close()
 
 
-def _batches_in_ring(dataset: Any, writer: RingWriter) -> Any:
-    """When the worker's last stage batches with the default stacking, stack into the ring.
+def _batches_in_ring(dataset: Any, writer: RingWriter, stack_batches: Any) -> Any:
+    """The worker's pipeline, stacking its batches' large array leaves into the ring.
 
-    Large array leaves are stacked straight into reserved shared memory, so a
-    batch crosses to the parent without an intermediate copy.
+    ``stack_batches(dataset, leaves_fn)`` (given by whoever built the job, which
+    knows its stages; ``None``: no such rewrite) returns the pipeline whose
+    batches combine each group of leaves with ``leaves_fn``; here that stacks
+    them straight into reserved shared memory, so a batch crosses to the
+    parent without an intermediate copy.
     """
-    if not (isinstance(dataset, BatchIterDataset) and dataset._batch_fn is tree.stack):
+    if stack_batches is None:
         return dataset
-    copied = copy.copy(dataset)
-    copied._batch_fn = functools.partial(
-        tree.stack, leaves_fn=functools.partial(_stack_in_ring, writer)
-    )
-    return copied
+    return stack_batches(dataset, functools.partial(_stack_in_ring, writer))
 
 
 def _stack_in_ring(writer: RingWriter, leaves: list[Any]) -> Any:

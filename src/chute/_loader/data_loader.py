@@ -29,18 +29,19 @@ from chute._core.config import config
 from chute._core.errors import CheckpointError, closed_error
 from chute._core.iterator import inner_iterators
 from chute._core.options import ReadOptions
+from chute._core.sharding import NoSharding, ShardOptions
 from chute._core.transforms import TRANSFORM_TYPES, Batch, FlatMap, Map, MapWithIndex, RandomMap
 from chute._core.validate import check_int
 from chute._execution import processes, worker_seeds
 from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
-from chute._execution.streams import Stream, positions_of, relayout
 from chute._loader.grain_state import is_grain_loader_state, loader_from_grain
 from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._loader.pipeline import worker_dataset
 from chute._loader.samplers import IndexSampler
-from chute._loader.sharding import NoSharding, ShardOptions
+from chute._stages.batch import leaves_stacked_by
 from chute._stages.source import SourceMapDataset
+from chute._stages.streams import Stream, positions_of, relayout
 from chute._stats import instrument
 from chute._stats.collector import LoaderCollector
 from chute._stats.records import StageRecord
@@ -335,6 +336,7 @@ class DataLoaderIterator:
                     buffer_size=loader._buffer_size,
                     state=s,
                     seed=worker_seeds.worker_seed(self._base_seed, w),
+                    stack_batches=leaves_stacked_by,
                 )
                 for w, (ds, s) in enumerate(zip(datasets, states))
             ]

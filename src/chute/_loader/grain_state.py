@@ -27,8 +27,8 @@ import numpy as np
 from chute._core.errors import CheckpointError
 from chute._core.grain_state import from_grain
 from chute._core.iterator import inner_iterators
-from chute._execution.streams import Stream
 from chute._loader.pipeline import worker_dataset
+from chute._stages.streams import Stream
 
 GRAIN_VERSION = 2
 

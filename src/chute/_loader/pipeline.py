@@ -34,12 +34,12 @@ from chute._core.transforms import (
     TfRandomMap,
 )
 from chute._core.tree import stack
-from chute._execution.streams import Stream, StreamMapDataset
 from chute._loader.legacy_operation import RecordOperation
 from chute._loader.record import Record, RecordMetadata
 from chute._stages._origin import function_name, locate
 from chute._stages.flat_map import FlatMapIterDataset
 from chute._stages.source import SourceMapDataset
+from chute._stages.streams import Stream, StreamMapDataset
 
 
 class _ReadMapDataset(MapDataset[Any]):

@@ -29,9 +29,9 @@ import numpy as np
 import numpy.typing as npt
 
 from chute._core.seeding import check_seed
+from chute._core.sharding import NoSharding, ShardOptions, even_split
 from chute._core.validate import check_positive_int, grain_first
 from chute._loader.record import RecordMetadata, philox_generator
-from chute._loader.sharding import NoSharding, ShardOptions, even_split
 from chute._stages.shuffle import shuffled_indices
 
 __all__ = ["IndexSampler", "Sampler", "SequentialSampler"]

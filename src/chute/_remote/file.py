@@ -19,7 +19,7 @@ How reads become requests:
 Memory stays bounded by one read-ahead block plus the ranges prefetched last.
 
 >>> import tempfile
->>> from chute._sources.ranged_source import LocalRanges
+>>> from chute._remote.ranged_source import LocalRanges
 >>> with tempfile.NamedTemporaryFile() as f:
 ...     _ = f.write(b"0123456789"); f.flush()
 ...     file = RangedFile(LocalRanges(f.name), read_ahead=4)

@@ -8,9 +8,9 @@ import os
 from typing import Any
 
 from chute._remote import backends
+from chute._remote.ranged_source import LocalRanges
 from chute._remote.retry import RetryPolicy
 from chute._remote.source import RangedSource, split_url
-from chute._sources.ranged_source import LocalRanges
 
 _WILDCARDS = "*?["
 

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from chute._execution._ring import _unlink_name
+
 try:
     import _posixshmem
 except ImportError:  # pragma: no cover - Windows, where no resource tracker runs
@@ -113,15 +115,6 @@ def _map_readonly(name: str) -> mmap.mmap | SharedMemory:
         return mmap.mmap(fd, os.fstat(fd).st_size, access=mmap.ACCESS_READ)
     finally:
         os.close(fd)
-
-
-def _unlink_name(name: str) -> None:
-    """Unlinks a segment without a word to the resource tracker (it is not ours)."""
-    try:
-        if _posixshmem is not None:
-            _posixshmem.shm_unlink("/" + name)
-    except FileNotFoundError:
-        pass
 
 
 def _attach(name: str) -> _Segment:

@@ -34,11 +34,11 @@ import numpy as np
 
 from chute._core.errors import Origin, mark_origin
 from chute._core.fingerprint import files_identity
+from chute._remote.ranged_source import LocalRanges
 from chute._sources.array_record_native import native_class, native_module
 from chute._sources.array_record_paths import expand
 from chute._sources.protocol import as_index, check_indices, out_of_range
 from chute._sources.ranged_array_record import RangedArrayRecordReader
-from chute._sources.ranged_source import LocalRanges
 
 __all__ = ["ArrayRecordDataSource"]
 

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
+from chute._remote.ranged_source import LocalRanges
 from chute._sources.array_record_footer import Footer, uniform_group
 from chute._sources.ranged_array_record import RangedArrayRecordReader
-from chute._sources.ranged_source import LocalRanges
 
 __all__ = [
     "SUFFIX",

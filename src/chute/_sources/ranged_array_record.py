@@ -1,7 +1,7 @@
 """``RangedArrayRecordReader``: ArrayRecord records read from any ``RangedByteSource``.
 
 array_record's own reader only opens local files.  This one needs only
-``size()`` and ``read_ranges()`` (``chute._sources.ranged_source``), so the
+``size()`` and ``read_ranges()`` (``chute._remote.ranged_source``), so the
 same code reads a local file (``LocalRanges``) or an object in a bucket.
 
 * **Opening** reads the file's last 256 KiB in one ranged read: the postscript
@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from chute._core.validate import check_int
+from chute._remote.ranged_source import RangedByteSource
 from chute._sources.array_record_footer import Footer, parse_footer, parse_postscript
 from chute._sources.array_record_format import (
     BLOCK_SIZE,
@@ -67,7 +68,6 @@ from chute._sources.array_record_format import (
 )
 from chute._sources.chunk_cache import Chunk, ChunkCache
 from chute._sources.protocol import check_indices
-from chute._sources.ranged_source import RangedByteSource
 
 __all__ = ["PendingRead", "RangedArrayRecordReader"]
 

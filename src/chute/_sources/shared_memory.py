@@ -30,12 +30,12 @@ import numpy as np
 
 from chute._core.validate import grain_first
 from chute._execution import shutdown
+from chute._execution._ring import _unlink_name
 from chute._sources._segment import (
     _WHAT,
     _attach,
     _check_elements,
     _Segment,
-    _unlink_name,
     _write_segment,
 )
 from chute._sources.protocol import as_index, check_indices, out_of_range

@@ -13,7 +13,7 @@ every ``m.batch(size).to_iter_dataset()`` it reads (with element-wise
 ``m.to_iter_dataset().batch(size)``.  Without errors both give the same
 batches in the same order (a ``to_iter_dataset`` reads one epoch, and the
 MapDataset batch keeps within an epoch too).  The nodes above are copied with
-new parents, as ``chute._execution.slicing`` does.  Inside ``mp_prefetch``
+new parents, as ``chute._stages.slicing`` does.  Inside ``mp_prefetch``
 the workers share out whole batches, so each worker's own pipeline is rebuilt
 after its share is taken: ``m.batch(size)[w::n].to_iter_dataset()`` becomes
 the records of those batches, read in order and batched again, so a bad record

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -255,3 +257,17 @@ def batch_and_pad(values: Sequence[Any], *, batch_size: int, pad_value: Any = 0)
         return np.concatenate([leaf, filler])
 
     return tree.map_structure(pad, stacked)
+
+
+def leaves_stacked_by(dataset: Any, leaves_fn: Callable[[list[Any]], Any]) -> Any:
+    """``dataset``, its batches' leaves combined by ``leaves_fn``, if it batches last by default.
+
+    A worker process passes a ``leaves_fn`` that stacks large arrays into its
+    shared-memory ring (``RemoteIterator(stack_batches=leaves_stacked_by)``);
+    any other last stage, or a user's ``batch_fn``, is left as it is.
+    """
+    if not (isinstance(dataset, BatchIterDataset) and dataset._batch_fn is tree.stack):
+        return dataset
+    copied = copy.copy(dataset)
+    copied._batch_fn = functools.partial(tree.stack, leaves_fn=leaves_fn)
+    return copied

@@ -17,8 +17,8 @@ from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.options import MultiprocessingOptions, ReadOptions
+from chute._core.sharding import ShardOptions
 from chute._core.validate import check_int, check_positive_int, grain_first
-from chute._loader.sharding import ShardOptions
 from chute._stages.filter import FilterMapDataset
 
 _KEY = "global_next_index"

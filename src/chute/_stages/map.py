@@ -129,11 +129,11 @@ class RandomMapIterDataset(IterDataset[Any]):
     """Applies ``fn(element, rng)``; the n-th element seen here gets counter n.
 
     In a worker's (or thread's) share of the pipeline, the n-th element gets
-    the counter its share's ``_ordinals`` give it (see ``chute._execution.slicing``),
+    the counter its share's ``_ordinals`` give it (see ``chute._stages.slicing``),
     so the draws are those of the pipeline without workers.
     """
 
-    _ordinals: Any = None  # set on a worker's copy by chute._execution.slicing
+    _ordinals: Any = None  # set on a worker's copy by chute._stages.slicing
 
     def __init__(
         self, parent: IterDataset[Any], transform: Any, *, seed: int | None = None

@@ -29,14 +29,15 @@ from chute._execution import performance, processes, worker_seeds
 from chute._execution.buffer_sizing import BufferSizer
 from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
-from chute._execution.slicing import share, share_stream
-from chute._execution.streams import Stream, positions_of, relayout
+from chute._stages.batch import leaves_stacked_by
 from chute._stages.map import MapIterDataset, RandomMapIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
+from chute._stages.slicing import share, share_stream
+from chute._stages.streams import Stream, positions_of, relayout
 from chute._stats.instrument import untimed_type
 
 # Stages that make one element of each: a checkpoint of workers that run only these moves
-# to another worker count (random_map draws by stream position: see _execution.slicing).
+# to another worker count (random_map draws by stream position: see _stages.slicing).
 _ELEMENT_WISE = (MapIterDataset, RandomMapIterDataset)
 
 
@@ -123,6 +124,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
                 state=state,
                 seed=worker_seeds.worker_seed(base, w),
                 restart=self._options.restart_workers,
+                stack_batches=leaves_stacked_by,
             )
             for w, state in enumerate(states)
         ]

@@ -17,7 +17,7 @@ from typing import Any
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from chute._core.validate import check_int
 from chute._execution.round_robin import RoundRobinIterator
-from chute._execution.slicing import share
+from chute._stages.slicing import share
 from chute._stages.thread_prefetch import ThreadPrefetchIterDataset, _ThreadPrefetchIterator
 
 

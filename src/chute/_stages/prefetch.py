@@ -84,7 +84,7 @@ class PrefetchIterDataset(IterDataset[Any]):
         >>> list(ds)
         [20, 80]
         """
-        from chute._execution.slicing import push_down
+        from chute._stages.slicing import push_down
 
         original = self.__dict__.setdefault("_original_parents", self._parents)[0]
         slices = self.__dict__.setdefault("_in_place_slices", [])

@@ -23,6 +23,7 @@ from chute._accel.checkpointing import CheckpointHandler as PyGrainCheckpointHan
 from chute._core.config import config
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.options import MultiprocessingOptions, ReadOptions
+from chute._core.sharding import NoSharding, ShardByJaxProcess, ShardOptions
 from chute._core.transforms import Batch, Transformation, Transformations
 from chute._core.transforms import Filter as FilterTransform
 from chute._core.transforms import Map as MapTransform
@@ -40,7 +41,6 @@ from chute._loader.operations import (
 )
 from chute._loader.record import Record, RecordMetadata
 from chute._loader.samplers import IndexSampler, Sampler, SequentialSampler
-from chute._loader.sharding import NoSharding, ShardByJaxProcess, ShardOptions
 from chute._sources.array_record import ArrayRecordDataSource
 from chute._sources.protocol import RandomAccessDataSource
 from chute._sources.range import RangeDataSource

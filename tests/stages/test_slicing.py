@@ -15,8 +15,8 @@ import pytest
 
 import chute as grain
 from chute import MultiprocessingOptions, experimental
-from chute._execution.slicing import Ordinals
-from chute._execution.streams import Stream
+from chute._stages.slicing import Ordinals
+from chute._stages.streams import Stream
 
 
 def _draw(x: int, rng: np.random.Generator) -> tuple[int, int]:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from chute._sources import ranged_source
-from chute._sources.ranged_source import LocalRanges
+from chute._remote import ranged_source
+from chute._remote.ranged_source import LocalRanges
 
 
 def test_reads_ranges_in_the_order_given(tmp_path: Path) -> None:

@@ -157,7 +157,7 @@ def share_stream(ds: IterDataset[Any], worker: int, count: int, stream: Any) -> 
 
     Its ``k``-th element draws as the element at stream position ``worker + k * count``.
     """
-    from chute._execution.streams import StreamView
+    from chute._stages.streams import StreamView
 
     return reshaped(
         ds,

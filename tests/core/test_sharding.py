@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import chute
-from chute._loader.sharding import NoSharding, ShardByJaxProcess, ShardOptions, even_split
+from chute._core.sharding import NoSharding, ShardByJaxProcess, ShardOptions, even_split
 
 
 def _shards(n: int, count: int, drop: bool = False) -> list[tuple[int, int]]:

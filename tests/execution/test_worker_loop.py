@@ -1,0 +1,50 @@
+"""The worker loop: a worker's default batches are stacked straight into its shared-memory ring."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute as grain
+from chute._core import tree
+from chute._execution import processes, worker_loop
+
+
+def _marked(writer: Any, leaves: list[Any]) -> Any:
+    """Stands in for the ring stacker (inherited by forked workers): its batches are all -1."""
+    return np.full_like(tree.stack(leaves), -1)
+
+
+def _loader_batches() -> list[Any]:
+    loader = grain.DataLoader(
+        data_source=[np.full(4, i) for i in range(8)],
+        sampler=grain.samplers.SequentialSampler(8, grain.sharding.NoSharding()),
+        operations=[grain.transforms.Batch(4)],
+        worker_count=2,
+    )
+    return list(loader)
+
+
+def _mp_prefetch_batches() -> list[Any]:
+    ds = grain.MapDataset.range(8).map(lambda i: np.full(4, i)).to_iter_dataset().batch(4)
+    return list(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+
+
+@pytest.mark.forks
+@pytest.mark.parametrize("batches", [_mp_prefetch_batches, _loader_batches])
+def test_workers_stack_their_default_batches_with_the_ring_stacker(
+    batches: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if processes.fork_unsafe_reason() is not None:
+        pytest.skip(f"this test process cannot fork: {processes.fork_unsafe_reason()}")
+    monkeypatch.setenv(processes.START_ENV, "fork")
+    monkeypatch.setattr(worker_loop, "_stack_in_ring", _marked)
+    got = batches()
+    assert len(got) == 2 and all((b == -1).all() and b.shape == (4, 4) for b in got)
+
+
+def test_a_worker_given_no_batch_stacker_leaves_its_pipeline_alone() -> None:
+    ds = grain.MapDataset.range(8).to_iter_dataset().batch(4)
+    assert worker_loop._batches_in_ring(ds, writer=None, stack_batches=None) is ds
