@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from chute._core.errors import CheckpointError
-from chute._core.grain_state import from_grain
 from chute._core.iterator import inner_iterators
 from chute._execution.streams import Stream
+from chute._grain.state import from_grain
 from chute._loader.pipeline import worker_dataset
 
 GRAIN_VERSION = 2

@@ -21,9 +21,9 @@ from contextlib import contextmanager
 from typing import Any
 
 from chute._core.errors import CheckpointError
-from chute._core.grain_need import need
 from chute._core.iterator import STATE_VERSION, inner_iterators
 from chute._execution.slicing import share
+from chute._grain.need import need
 
 Translate = Callable[[Any, Any], Any]
 
