@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from chute._core.registry import UNTIMED, untimed_type
+from chute._core.registry import UNTIMED
 from chute._stats.collector import Collector
 from chute._stats.graph import post_order
 from chute._stats.records import StageRecord
@@ -40,7 +40,6 @@ __all__ = [
     "marked",
     "picture_when_asked",
     "time_iterator",
-    "untimed_type",
     "wanted",
 ]
 
