@@ -9,15 +9,19 @@ the same elements in the same order, and faster.
 [[1, 7, 6, 9], [0, 8, 4, 5], [3, 2]]
 """
 
-# The engine and all its stages load first: the modules below build on them.
 # Beside JAX, whose runtime makes forking unsafe, workers come from a fork server: start it first,
 # in the background, so that it has loaded by the time the first pipeline iterates.
 from chute._execution import processes as _processes
 
 _processes.prepare(only_beside_jax=True)
 
-import chute._core.dataset  # noqa: F401
-from chute import (
+# _grain, _stages and _stats install what _core calls up to (chute._core.registry): the stages
+# that the fluent methods build, the statistics hooks, the Grain-state translation.  A worker
+# process imports chute too (its fork server preloads it), so it gets them as well.
+from chute import (  # noqa: F401
+    _grain,
+    _stages,
+    _stats,
     checkpoint,
     constants,
     experimental,

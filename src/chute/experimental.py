@@ -12,7 +12,6 @@ shows where its time went when it kept statistics.
 from chute._accel.device_put import device_put
 from chute._accel.multihost import make_global_batch
 from chute._accel.torch import to_torch, to_torch_dataset
-from chute._core.conformance import assert_equal_output_after_checkpoint
 from chute._core.dataset_options import DatasetOptions, ExecutionTrackingMode
 from chute._core.element_spec import ShapeDtypeStruct, ShapeDtypeStructProtocol
 from chute._core.index_shuffle import index_shuffle
@@ -28,6 +27,7 @@ from chute._sources.tfrecord import TFRecordIterDataset
 from chute._stages.batch import batch_and_pad
 from chute._stages.cache import CacheIterDataset
 from chute._stages.concat_then_split import BOSHandling, ConcatThenSplitIterDataset
+from chute._stages.conformance import assert_equal_output_after_checkpoint
 from chute._stages.elastic import ElasticIterator
 from chute._stages.element_spec import get_element_spec
 from chute._stages.error_budget import ErrorBudgetIterDataset, skip_errors

@@ -13,9 +13,9 @@ import pytest
 import chute
 from chute import MapDataset, MultiprocessingOptions
 from chute._core import fingerprint as fingerprint_module
-from chute._core.conformance import assert_equal_output_after_checkpoint
 from chute._core.errors import CheckpointError
 from chute._core.fingerprint import fingerprint
+from chute._stages.conformance import assert_equal_output_after_checkpoint
 from chute.checkpoint import allow_pipeline_change
 
 

@@ -15,8 +15,8 @@ import pytest
 
 import chute as grain
 from chute import CheckpointError, MapDataset
-from chute._core.conformance import assert_equal_output_after_checkpoint
 from chute._loader.pack_and_batch import PackAndBatchOperation
+from chute._stages.conformance import assert_equal_output_after_checkpoint
 
 LENS = [3, 5, 2, 4, 1, 6, 7, 2, 2, 3, 4, 4, 1]
 DATA = [np.arange(100 * (i + 1), 100 * (i + 1) + n, dtype=np.int32) for i, n in enumerate(LENS)]

@@ -19,9 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chute import IterDataset, MapDataset
-from chute._core.conformance import assert_equal_output_after_checkpoint
 from chute._core.errors import CheckpointError
 from chute._stages.concat_then_split import BOSHandling, ConcatThenSplitIterDataset
+from chute._stages.conformance import assert_equal_output_after_checkpoint
 from chute.checkpoint import allow_pipeline_change
 
 BOS = BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS

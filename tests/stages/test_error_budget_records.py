@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from chute import ErrorBudgetExceededError, MapDataset, MultiprocessingOptions
-from chute._core.conformance import assert_equal_output_after_checkpoint
+from chute._stages.conformance import assert_equal_output_after_checkpoint
 from chute._stages.error_budget import skip_errors
 
 BAD = set(range(5, 1000, 91))  # 11 failing records in 1,000

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from chute import FilterThresholdError, MapDataset
-from chute._core.conformance import assert_equal_output_after_checkpoint
 from chute._core.dataset_options import DatasetOptions
+from chute._stages.conformance import assert_equal_output_after_checkpoint
 from chute._stages.with_options import WithOptionsIterDataset
 
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chute import MapDataset, ReadOptions
-from chute._core.conformance import assert_equal_output_after_checkpoint
+from chute._stages.conformance import assert_equal_output_after_checkpoint
 from chute._stages.packing_fit import BestFitPackIterDataset, FirstFitPackIterDataset
 
 FF, BF = FirstFitPackIterDataset, BestFitPackIterDataset

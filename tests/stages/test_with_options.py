@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from chute import ErrorBudgetExceededError, MapDataset
-from chute._core.conformance import assert_equal_output_after_checkpoint
 from chute._core.dataset_options import DatasetOptions
 from chute._core.pipeline_context import join
+from chute._stages.conformance import assert_equal_output_after_checkpoint
 from chute._stages.error_budget import ErrorBudgetIterDataset, skip_errors
 from chute._stages.filter import FilterThresholdError
 from chute._stages.with_options import WithOptionsIterDataset

@@ -8,9 +8,10 @@ small JSON-serialisable dict by ``get_state()`` and restored by
 
 Every ``MapDataset`` stage implements the batched read ``_getitems(indices)``
 so that work flows through the pipeline in chunks, not one element at a time.
-The fluent methods below only delegate, in one line, to the stage classes of
-``chute._stages``.  What both kinds share lives in ``node.py``; ``IterDataset``
-lives in ``iter_dataset.py`` and is re-exported here.
+The fluent methods below only delegate, in one line, to the stage classes that
+``chute._stages`` registers (``chute._core.registry``).  What both kinds share
+lives in ``node.py``; ``IterDataset`` lives in ``iter_dataset.py`` and is
+re-exported here.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 
 from chute._core.iterator import STATE_VERSION, DatasetIterator, _CheckedInit
 from chute._core.node import Node
+from chute._core.registry import stages as _s
 
 __all__ = [
     "STATE_VERSION",
@@ -138,7 +140,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> len(ds), ds[1]
         (3, 'b')
         """
-        return _s.source.SourceMapDataset(source)
+        return _s.SourceMapDataset(source)
 
     @staticmethod
     def range(start: int, stop: int | None = None, step: int = 1) -> MapDataset[int]:
@@ -155,7 +157,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(MapDataset.range(3)), list(MapDataset.range(2, 10, 3))
         ([0, 1, 2], [2, 5, 8])
         """
-        return _s.source.RangeMapDataset(start, stop, step)
+        return _s.RangeMapDataset(start, stop, step)
 
     @staticmethod
     def mix(
@@ -179,7 +181,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(MapDataset.mix([MapDataset.range(3), MapDataset.range(10, 13)]))
         [0, 10, 1, 11, 2, 12]
         """
-        return _s.mix.MixedMapDataset(datasets, weights)
+        return _s.MixedMapDataset(datasets, weights)
 
     @staticmethod
     def concatenate(datasets: Sequence[MapDataset[Any]]) -> MapDataset[Any]:
@@ -194,7 +196,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(MapDataset.concatenate([MapDataset.range(2), MapDataset.range(5, 7)]))
         [0, 1, 5, 6]
         """
-        return _s.mix.ConcatenateMapDataset(datasets)
+        return _s.ConcatenateMapDataset(datasets)
 
     @staticmethod
     def select_from_datasets(
@@ -211,7 +213,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
             A MapDataset as long as ``selection_map``.  See
             ``DatasetSelectionMap`` for an example.
         """
-        return _s.mix.SelectionMapDataset(datasets, selection_map)
+        return _s.SelectionMapDataset(datasets, selection_map)
 
     # -- fluent methods ----------------------------------------------------------------
 
@@ -241,7 +243,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> len(ds), ds[0], ds[2]
         (3, {'x': array([0, 1])}, {'x': array([4])})
         """
-        return _s.batch.BatchMapDataset(
+        return _s.BatchMapDataset(
             self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn
         )
 
@@ -261,7 +263,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> len(ds), ds[1], list(ds)
         (6, None, [0, 3])
         """
-        return _s.filter.FilterMapDataset(self, transform)
+        return _s.FilterMapDataset(self, transform)
 
     def map(self, transform: Map | Callable[[T], S]) -> MapDataset[S]:
         """Applies ``transform`` to every element.
@@ -278,7 +280,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(MapDataset.range(3).map(lambda x: x + 10))
         [10, 11, 12]
         """
-        return _s.map.MapMapDataset(self, transform)
+        return _s.MapMapDataset(self, transform)
 
     def map_with_index(self, transform: MapWithIndex | Callable[[int, T], S]) -> MapDataset[S]:
         """Applies ``transform(index, element)`` to every element.
@@ -293,7 +295,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(MapDataset.source("abc").map_with_index(lambda i, x: f"{i}{x}"))
         ['0a', '1b', '2c']
         """
-        return _s.map.MapWithIndexMapDataset(self, transform)
+        return _s.MapWithIndexMapDataset(self, transform)
 
     def random_map(
         self, transform: RandomMap | Callable[[T, Any], S], *, seed: int | None = None
@@ -320,7 +322,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(ds)
         [94, 524, 770, 242, 602]
         """
-        return _s.map.RandomMapMapDataset(self, transform, seed=seed)
+        return _s.RandomMapMapDataset(self, transform, seed=seed)
 
     def shuffle(self, seed: int | None = None) -> MapDataset[T]:
         """A global shuffle, different in every epoch.
@@ -342,7 +344,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(MapDataset.range(10).shuffle(seed=7))
         [4, 0, 3, 7, 2, 9, 6, 8, 1, 5]
         """
-        return _s.shuffle.ShuffleMapDataset(self, seed=seed)
+        return _s.ShuffleMapDataset(self, seed=seed)
 
     def slice(self, sl: slice | Sequence[int]) -> MapDataset[T]:
         """The elements at a slice or a sequence of indices.
@@ -357,7 +359,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(ds.slice(slice(1, 8, 3))), list(ds.slice([4, 2]))
         ([1, 4, 7], [4, 2])
         """
-        return _s.slice.SliceMapDataset(self, sl)
+        return _s.SliceMapDataset(self, sl)
 
     def repeat(
         self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
@@ -379,7 +381,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(MapDataset.range(3).seed(1).shuffle().repeat(2))
         [1, 0, 2, 2, 1, 0]
         """
-        return _s.repeat.RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
+        return _s.RepeatMapDataset(self, num_epochs, reseed_each_epoch=reseed_each_epoch)
 
     def to_iter_dataset(
         self, read_options: ReadOptions | None = None, *, allow_nones: bool = False
@@ -401,15 +403,8 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> next(it), it.get_state()["next_index"]
         (0, 1)
         """
-        return _s.prefetch.PrefetchIterDataset(
-            self, read_options=read_options, allow_nones=allow_nones
-        )
+        return _s.PrefetchIterDataset(self, read_options=read_options, allow_nones=allow_nones)
 
 
-# IterDataset and the stage modules subclass the classes above, so they are imported last,
-# IterDataset first (the stage modules import it from here).
-# isort: off
+# IterDataset subclasses the classes above, so it is imported last.
 from chute._core.iter_dataset import IterDataset, as_iter_dataset  # noqa: E402
-from chute import _stages as _s  # noqa: E402
-from chute._stages import element_spec as _element_specs  # noqa: E402, F401  (used by node.py)
-# isort: on

@@ -1,7 +1,7 @@
 """``IterDataset``: a lazy dataset that can only be iterated, and its fluent methods.
 
 Re-exported by ``chute._core.dataset``; the fluent methods delegate, in one
-line, to the stage classes of ``chute._stages``.
+line, to the stage classes that ``chute._stages`` registers (``chute._core.registry``).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import abc
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from chute._core import dataset as _dataset
 from chute._core.dataset import MapDataset
 from chute._core.iterator import DatasetIterator, _CheckedInit
 from chute._core.node import Node
+from chute._core.registry import stages as _s
 
 if TYPE_CHECKING:
     from chute._core.options import MultiprocessingOptions
@@ -70,7 +70,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(IterDataset.mix({"a": a, "b": b}, weights={"a": 1, "b": 2}))
         [0, 10, 11, 1, 12, 13, 2, 14, 15]
         """
-        return _dataset._s.mix_iter.MixedIterDataset(datasets, weights)
+        return _s.MixedIterDataset(datasets, weights)
 
     def batch(
         self,
@@ -97,7 +97,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> [b.tolist() for b in ds]
         [[0, 1], [2, 3]]
         """
-        return _dataset._s.batch.BatchIterDataset(
+        return _s.BatchIterDataset(
             self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn
         )
 
@@ -113,7 +113,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(MapDataset.range(6).to_iter_dataset().filter(lambda x: x > 3))
         [4, 5]
         """
-        return _dataset._s.filter.FilterIterDataset(self, transform)
+        return _s.FilterIterDataset(self, transform)
 
     def map(self, transform: Map | Callable[[T], S]) -> IterDataset[S]:
         """Applies ``transform`` to every element.
@@ -130,7 +130,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(MapDataset.range(3).to_iter_dataset().map(str))
         ['0', '1', '2']
         """
-        return _dataset._s.map.MapIterDataset(self, transform)
+        return _s.MapIterDataset(self, transform)
 
     def map_with_index(self, transform: MapWithIndex | Callable[[int, T], S]) -> IterDataset[S]:
         """Applies ``transform(index, element)``; index counts this stage's input.
@@ -146,7 +146,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(ds.map_with_index(lambda i, x: (i, x)))
         [(0, 8), (1, 9)]
         """
-        return _dataset._s.map.MapWithIndexIterDataset(self, transform)
+        return _s.MapWithIndexIterDataset(self, transform)
 
     def random_map(
         self, transform: RandomMap | Callable[[T, Any], S], *, seed: int | None = None
@@ -173,7 +173,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(ds.random_map(lambda x, rng: x + int(rng.integers(0, 100)), seed=7))
         [26, 70, 3]
         """
-        return _dataset._s.map.RandomMapIterDataset(self, transform, seed=seed)
+        return _s.RandomMapIterDataset(self, transform, seed=seed)
 
     def mp_prefetch(
         self,
@@ -211,7 +211,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> [b.tolist() for b in ds.mp_prefetch(MultiprocessingOptions(num_workers=2))]
         [[0, 2], [1, 3], [4], [5]]
         """
-        return _dataset._s.mp_prefetch.mp_prefetch(self, options, worker_init_fn, sequential_slice)
+        return _s.mp_prefetch(self, options, worker_init_fn, sequential_slice)
 
     def prefetch(self, options: MultiprocessingOptions) -> IterDataset[T]:
         """Deprecated name of ``mp_prefetch``: warns, then runs it.
@@ -222,7 +222,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         Returns:
             ``self.mp_prefetch(options)``.
         """
-        return _dataset._s.mp_prefetch.prefetch(self, options)
+        return _s.prefetch(self, options)
 
 
 def as_iter_dataset(parent: Any, stage: str) -> IterDataset[Any]:

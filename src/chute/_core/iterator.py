@@ -20,8 +20,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from chute._core import errors, fingerprint, pipeline_context
-from chute._stats import instrument
+from chute._core import errors, fingerprint, pipeline_context, registry
 
 T = TypeVar("T")
 
@@ -65,9 +64,10 @@ def _marks_outer_iterator(iter_fn: Callable[[Any], Any]) -> Callable[[Any], Any]
         if getattr(_NESTING, "depth", 0):
             return iter_fn(self)
         collector = None
+        stats = registry.stats  # installed by chute._stats
         with inner_iterators():
-            if instrument.wanted(self):  # statistics: iterate a timed copy of the pipeline
-                timed, collector = instrument.instrument(self)
+            if stats.wanted(self):  # statistics: iterate a timed copy of the pipeline
+                timed, collector = stats.instrument(self)
                 it = iter(timed)
                 collector.watch(it)
             else:
@@ -76,7 +76,7 @@ def _marks_outer_iterator(iter_fn: Callable[[Any], Any]) -> Callable[[Any], Any]
             try:
                 if multiprocessing.parent_process() is None:
                     it._pipeline = self
-                    instrument.picture_when_asked(self)
+                    stats.picture_when_asked(self)
                 if collector is not None:
                     it._chute_stats = collector  # type: ignore[attr-defined]
             except AttributeError:  # an iterator with __slots__ goes unchecked
@@ -249,8 +249,8 @@ class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
     def _check_state(self, state: Any, *keys: str) -> dict[str, Any]:
         """Validates a state for this iterator and returns it."""
         name = self._stage_name()
-        if looks_like_grain(state):  # saved by Grain's iterator of the same pipeline
-            state = _from_grain(self, state)
+        if looks_like_grain(state):  # saved by Grain's iterator: chute._grain translates it
+            state = registry.from_grain(self, state)
         if not isinstance(state, Mapping):
             raise errors.CheckpointError(
                 f"{name}.set_state() takes the dict returned by get_state() "
@@ -299,12 +299,6 @@ class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
 def looks_like_grain(state: Any) -> bool:
     """True for a non-empty dict without chute's ``version`` and ``stage``: Grain's shape."""
     return isinstance(state, Mapping) and bool(state) and not {"version", "stage"} & set(state)
-
-
-def _from_grain(it: DatasetIterator[Any], state: Any) -> dict[str, Any]:
-    from chute._core import grain_state  # it reads stages, which import this module
-
-    return grain_state.from_grain(it, state)
 
 
 def describe_chain(it: Any, depth: int = 4) -> str:

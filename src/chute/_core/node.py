@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from chute._core.iterator import _as_tuple
+from chute._core.registry import stages as _s
 from chute._core.seeding import check_wide_seed
 from chute._core.transforms import (
     Batch,
@@ -69,7 +70,7 @@ class Node:
     @property
     def _element_spec(self) -> Any:
         """The element spec (see ``get_element_spec``); a subclass may override it."""
-        return _dataset._element_specs.spec_from_rules(self)
+        return _s.spec_from_rules(self)
 
     def pipe(self, fn: Callable[..., S], *args: Any, **kwargs: Any) -> S:
         """Calls ``fn(self, *args, **kwargs)``, to chain your own stages fluently.
@@ -163,9 +164,7 @@ def apply_one(ds: Any, t: Any) -> Any:
         return ds.filter(t)
     if isinstance(t, FlatMap):
         stage = (
-            _dataset._s.flat_map.FlatMapMapDataset
-            if isinstance(ds, _dataset.MapDataset)
-            else _dataset._s.flat_map.FlatMapIterDataset
+            _s.FlatMapMapDataset if isinstance(ds, _dataset.MapDataset) else _s.FlatMapIterDataset
         )
         return stage(ds, t)
     if isinstance(t, Batch):
@@ -190,5 +189,5 @@ class UnsupportedTransformError(TypeError, NotImplementedError):
     """
 
 
-# MapDataset and the stage modules build on Node, so they are reached through the module.
+# MapDataset builds on Node, so it is reached through its module.
 from chute._core import dataset as _dataset  # noqa: E402

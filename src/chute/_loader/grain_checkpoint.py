@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from chute._core.grain_state import from_grain, to_grain
 from chute._core.iterator import DatasetIterator
+from chute._grain.state import from_grain, to_grain
 from chute._loader import data_loader
 from chute._loader.grain_state import loader_from_grain, loader_to_grain
 

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from chute._core.errors import CheckpointError
-from chute._core.grain_state import from_grain
 from chute._core.iterator import inner_iterators
+from chute._grain.state import from_grain
 from chute._loader.pipeline import worker_dataset
 from chute._stages.streams import Stream
 

@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 
 from chute._core.dataset import IterDataset, MapDataset
+from chute._core.registry import untimed_type
 from chute._stages.batch import BatchIterDataset, BatchMapDataset
 from chute._stages.map import MapIterDataset, MapMapDataset
 from chute._stages.mp_prefetch import MultiprocessPrefetchIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
 from chute._stages.slice import SliceMapDataset
-from chute._stats.instrument import untimed_type
 
 
 def records_batched(ds: IterDataset[Any]) -> IterDataset[Any]:

@@ -23,6 +23,7 @@ from typing import Any
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError
 from chute._core.options import MultiprocessingOptions
+from chute._core.registry import untimed_type
 from chute._core.seeding import derive_seed
 from chute._core.validate import check_callable
 from chute._execution import performance, processes, worker_seeds
@@ -34,7 +35,6 @@ from chute._stages.map import MapIterDataset, RandomMapIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
 from chute._stages.slicing import share, share_stream
 from chute._stages.streams import Stream, positions_of, relayout
-from chute._stats.instrument import untimed_type
 
 # Stages that make one element of each: a checkpoint of workers that run only these moves
 # to another worker count (random_map draws by stream position: see _stages.slicing).

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from chute._core.registry import UNTIMED
 from chute._stats.collector import Collector
 from chute._stats.graph import post_order
 from chute._stats.records import StageRecord
@@ -39,7 +40,6 @@ __all__ = [
     "marked",
     "picture_when_asked",
     "time_iterator",
-    "untimed_type",
     "wanted",
 ]
 
@@ -47,12 +47,6 @@ TRACK_MARK = "_chute_track_stages"  # set on the top dataset a worker runs: it t
 
 _LOCAL = threading.local()
 _NONE = object()
-
-
-def untimed_type(obj: Any) -> type:
-    """The stage class of ``obj``, whether or not it is a timed copy."""
-    cls = type(obj)
-    return cls.__dict__.get("_chute_untimed", cls)
 
 
 def wanted(ds: Any) -> bool:
@@ -204,7 +198,7 @@ def _timed_class(cls: type, record: StageRecord, extra: dict[str, Any]) -> type:
         "__slots__": (),
         "__module__": cls.__module__,
         "__qualname__": cls.__qualname__,
-        "_chute_untimed": cls,
+        UNTIMED: cls,
         "_chute_record": record,
         **extra,
     }

@@ -27,11 +27,11 @@ from collections.abc import Callable
 from typing import Any
 
 from chute._core.errors import CheckpointError
-from chute._core.grain_interleave import interleave_from_grain, interleave_to_grain
-from chute._core.grain_need import need, short
-from chute._core.grain_packing import pack_from_grain, pack_to_grain
-from chute._core.grain_workers import mp_from_grain, mp_to_grain
 from chute._core.iterator import STATE_VERSION, DatasetIterator, looks_like_grain
+from chute._grain.interleave import interleave_from_grain, interleave_to_grain
+from chute._grain.need import need, short
+from chute._grain.packing import pack_from_grain, pack_to_grain
+from chute._grain.workers import mp_from_grain, mp_to_grain
 
 __all__ = ["from_grain", "looks_like_grain", "to_grain"]
 
@@ -39,7 +39,7 @@ State = dict[str, Any]
 
 # Stages that keep no position in Grain: its state is the parent's.
 _PASS_THROUGH = ("filter", "thread_prefetch", "batch")
-# Packing stages whose states have the same shape in Grain (see grain_packing.py).
+# Packing stages whose states have the same shape in Grain (see packing.py).
 _PACKING = ("first_fit_pack", "best_fit_pack")
 
 

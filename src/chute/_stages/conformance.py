@@ -7,6 +7,9 @@ each state survives a JSON round trip, and that the state's shape (its keys)
 never changes.  It also restores an already-used iterator, checks that a state
 saved at the end restores to the end, and runs the same checks over two epochs
 of the dataset, so restores at an epoch's end and into the next are covered.
+
+It is public as ``chute.experimental.assert_equal_output_after_checkpoint``, so
+that users can check their own stages the way chute checks its own.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+
+from chute._core.dataset import IterDataset, MapDataset
+from chute._stages.repeat import RepeatIterDataset
 
 
 def _equal(a: Any, b: Any) -> bool:
@@ -76,9 +82,6 @@ def assert_equal_output_after_checkpoint(
     >>> from chute import MapDataset
     >>> assert_equal_output_after_checkpoint(MapDataset.range(6).shuffle(seed=1).batch(4))
     """
-    from chute._core.dataset import IterDataset, MapDataset
-    from chute._stages.repeat import RepeatIterDataset
-
     _check(ds, max_steps, restore_points)
     if epochs > 1 and isinstance(ds, (MapDataset, IterDataset)):
         iter_ds: Any = ds.to_iter_dataset() if isinstance(ds, MapDataset) else ds

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from chute._core.errors import CheckpointError
-from chute._core.grain_need import need
 from chute._core.iterator import STATE_VERSION
+from chute._grain.need import need
 
 Translate = Callable[[Any, Any], Any]
 _KEYS = ("next_index_in_cycle", "next_index_in_datasets", "iterators_in_use_indices",

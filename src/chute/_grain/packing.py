@@ -16,9 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 from chute._core.errors import CheckpointError
-from chute._core.grain_need import need
 from chute._core.iterator import STATE_VERSION
 from chute._core.replay import failed_pulls, replay_pulls
+from chute._grain.need import need
 
 Translate = Callable[[Any, Any], Any]
 _KEYS = ("parent", "next_row", "counter")
