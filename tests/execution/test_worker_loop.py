@@ -48,3 +48,31 @@ def test_workers_stack_their_default_batches_with_the_ring_stacker(
 def test_a_worker_given_no_batch_stacker_leaves_its_pipeline_alone() -> None:
     ds = grain.MapDataset.range(8).to_iter_dataset().batch(4)
     assert worker_loop._batches_in_ring(ds, writer=None, stack_batches=None) is ds
+
+
+def test_a_stop_a_finalizer_swallowed_prints_nothing_and_stops_at_the_next_element(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from chute._execution import worker_loop
+
+    monkeypatch.setattr(worker_loop, "_stop_asked", False)
+    monkeypatch.setattr(sys, "unraisablehook", worker_loop._quiet_about_stops)
+
+    class InterruptedFinalizer:  # SIGTERM arrived while this __del__ ran
+        def __del__(self) -> None:
+            worker_loop._stop_asked = True
+            raise worker_loop.WorkerStopped(0)
+
+    InterruptedFinalizer()  # Python reports what __del__ raised to sys.unraisablehook
+    assert capsys.readouterr().err == ""
+
+    class Credits:
+        def recv_bytes(self) -> bytes:
+            return b"1"
+
+    sent: list[object] = []
+    with pytest.raises(worker_loop.WorkerStopped):
+        worker_loop._serve(iter(range(3)), Credits(), sent.append)
+    assert sent == []  # no element made after the stop

@@ -55,9 +55,22 @@ def stop_signal_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
+_stop_asked = False  # SIGTERM came: a WorkerStopped that a finalizer swallowed still counts
+
+
 def _stop_now(signum: int, frame: Any) -> None:
+    global _stop_asked
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the cleanup that follows runs whole
+    _stop_asked = True
     raise WorkerStopped(0)
+
+
+def _quiet_about_stops(report: Any, hook: Any = sys.unraisablehook) -> None:
+    """Python prints an exception raised inside a finalizer (``weakref.finalize``, ``__del__``)
+    and goes on; when that exception is the stop signal, the worker stops at its next
+    element instead (``_serve``), without the traceback."""
+    if not isinstance(report.exc_value, WorkerStopped):
+        hook(report)
 
 
 def _stop_requests() -> None:
@@ -92,6 +105,7 @@ def worker_main(
     processes.ignore_interrupts()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _stop_now)
+        sys.unraisablehook = _quiet_about_stops
         if hasattr(signal, "pthread_sigmask"):  # held back while this worker started
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     processes.keep_freed_memory()
@@ -184,6 +198,8 @@ def _with_stats(send: Any, stats: Any, message: tuple[Any, ...]) -> None:
 
 def _serve(it: Any, credits: Any, send: Any) -> None:
     while command := credits.recv_bytes():
+        if _stop_asked:  # the stop signal was swallowed by a finalizer it interrupted
+            raise WorkerStopped(0)
         if command != b"1":  # a new state to start from
             it.set_state(pickle.loads(command))
             send((READY, None, it.get_state()))
