@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 import common
+import runners
 from common import Impl, Ratio
 
 try:
@@ -98,27 +99,15 @@ def dataset_pipeline(lib: Any, source: Any) -> Any:
     )
 
 
-def from_buffer_transform(lib: Any) -> type:
-    """``np.frombuffer`` as a ``lib.transforms.Map`` subclass (Grain's Map takes no callable)."""
-
-    class FromBuffer(lib.transforms.Map):
-        def map(self, element: Any) -> Any:
-            return np.frombuffer(element)
-
-    return FromBuffer
-
-
-FROM_BUFFER = {lib: from_buffer_transform(lib) for lib in (chute, grain)}
+# ``np.frombuffer`` as a ``lib.transforms.Map`` subclass (Grain's Map takes no callable).
+FROM_BUFFER = {
+    lib: runners.map_transform(lib, np.frombuffer, "FromBuffer") for lib in (chute, grain)
+}
 
 
 def loader_pipeline(lib: Any, source: Any) -> Any:
     """The same code for both libraries: ``lib`` is the ``chute`` or ``grain`` module."""
-    return lib.DataLoader(
-        data_source=source,
-        sampler=lib.samplers.IndexSampler(num_records=N, shuffle=True, seed=SEED, num_epochs=1),
-        operations=[FROM_BUFFER[lib](), lib.transforms.Batch(BATCH)],
-        worker_count=0,
-    )
+    return runners.data_loader(lib, source, FROM_BUFFER[lib], N, BATCH, SEED)
 
 
 def grain_dataset_order() -> np.ndarray:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 import common
+import runners
 from common import Impl, Ratio
 
 try:
@@ -76,13 +77,7 @@ def mnist_pipeline(lib: Any, source: list[dict[str, Any]]) -> Any:
 
 def hand_loop(source: list[dict[str, Any]], permutation: Any) -> Any:
     """What a user would write by hand: the same work as the pipeline, in one generator."""
-    order = permutation.tolist()
-    for start in range(0, len(order) - MNIST_BATCH + 1, MNIST_BATCH):
-        rows = [normalise(source[i]) for i in order[start : start + MNIST_BATCH]]
-        yield {
-            "image": np.stack([r["image"] for r in rows]),
-            "label": np.stack([r["label"] for r in rows]),
-        }
+    return runners.hand_loop(source, permutation, normalise, MNIST_BATCH, drop_remainder=True)
 
 
 def mnist_digest() -> Any:

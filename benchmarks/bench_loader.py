@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 import common
+import runners
 from common import Impl, Ratio
 
 try:
@@ -70,29 +71,13 @@ SEED = 42
 # -- the pipelines ------------------------------------------------------------------------
 
 
-def normalise_transform(lib: Any) -> type:
-    """``normalise`` as a ``lib.transforms.Map`` subclass (Grain's Map takes no callable)."""
-
-    class Normalise(lib.transforms.Map):
-        def map(self, element: Any) -> Any:
-            return normalise(element)
-
-    return Normalise
-
-
-NORMALISE = {lib: normalise_transform(lib) for lib in (chute, grain)}
+# ``normalise`` as a ``lib.transforms.Map`` subclass (Grain's Map takes no callable).
+NORMALISE = {lib: runners.map_transform(lib, normalise, "Normalise") for lib in (chute, grain)}
 
 
 def data_loader(lib: Any, source: list[dict[str, Any]]) -> Any:
     """The same code for both libraries: ``lib`` is the ``chute`` or ``grain`` module."""
-    return lib.DataLoader(
-        data_source=source,
-        sampler=lib.samplers.IndexSampler(
-            num_records=MNIST_N, shuffle=True, seed=SEED, num_epochs=1
-        ),
-        operations=[NORMALISE[lib](), lib.transforms.Batch(MNIST_BATCH)],
-        worker_count=0,
-    )
+    return runners.data_loader(lib, source, NORMALISE[lib], MNIST_N, MNIST_BATCH, SEED)
 
 
 class TorchMnist(torch.utils.data.Dataset):
@@ -109,12 +94,7 @@ class TorchMnist(torch.utils.data.Dataset):
 
 
 def torch_loader(source: list[dict[str, Any]]) -> Any:
-    torch.manual_seed(SEED)
-    return iter(
-        torch.utils.data.DataLoader(
-            TorchMnist(source), shuffle=True, batch_size=MNIST_BATCH, num_workers=0
-        )
-    )
+    return iter(runners.torch_loader(torch, TorchMnist(source), 0, MNIST_BATCH, SEED))
 
 
 # -- checking PyTorch's output ------------------------------------------------------------------
@@ -202,13 +182,7 @@ def hand_loop(source: list[dict[str, Any]], permutation: Any) -> Any:
     A shuffled order, the per-element normalise and a stack per batch of 128
     (the last one partial, as the loaders give it).
     """
-    order = permutation.tolist()
-    for start in range(0, len(order), MNIST_BATCH):
-        rows = [normalise(source[i]) for i in order[start : start + MNIST_BATCH]]
-        yield {
-            "image": np.stack([r["image"] for r in rows]),
-            "label": np.stack([r["label"] for r in rows]),
-        }
+    return runners.hand_loop(source, permutation, normalise, MNIST_BATCH, drop_remainder=False)
 
 
 def bench_loader(repeats: int) -> dict[str, Any]:

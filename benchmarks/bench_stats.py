@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-import bench_workers  # light at import: numpy, common, absl's flags (Grain's workers need them)
 import common
 from common import Impl, Ratio
+from workers import cpu as workers_cpu  # light: numpy, common, absl's flags for Grain
 
 # bench_core imports chute and grain at its top, so it is imported inside the functions
 # that need it: a child process must import chute from the tree it was started for, and
@@ -465,16 +465,16 @@ def bench_cheap(repeats: int) -> dict[str, Any]:
 def bench_workers_on_off(repeats: int) -> dict[str, Any]:
     import bench_core
 
-    iterations, per_call = bench_workers.calibrate()
-    n, workers = bench_workers.CPU_N, bench_workers.WORKERS
+    iterations, per_call = workers_cpu.calibrate()
+    n, workers = workers_cpu.CPU_N, workers_cpu.WORKERS
     description = (
         f"bench_workers' cpu pipeline: range({n}).map(work).to_iter_dataset().batch("
-        f"{bench_workers.BATCH}).mp_prefetch({workers} workers); work = {iterations:,} "
+        f"{workers_cpu.BATCH}).mp_prefetch({workers} workers); work = {iterations:,} "
         f"iterations of pure Python, {per_call * 1e3:.2f} ms per call here; the options wrap "
         f"the whole pipeline; 1 warm-up (the output check) + {repeats} timed runs each "
         f"(grain {GRAIN_REPEATS})"
     )
-    build = functools.partial(bench_workers.cpu_pipeline, iterations=iterations, workers=workers)
+    build = functools.partial(workers_cpu.cpu_pipeline, iterations=iterations, workers=workers)
     return on_off(
         "workers",
         description,
