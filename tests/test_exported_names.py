@@ -132,7 +132,7 @@ def test_data_loader_names() -> None:
 
 def test_every_chute_exception_is_exported_and_listed_in_the_errors_module() -> None:
     from chute._core import errors
-    from chute._execution import remote
+    from chute._execution import worker_process
 
     def tree(cls: type) -> list[type]:
         return [cls] + [c for sub in cls.__subclasses__() for c in tree(sub)]
@@ -141,4 +141,4 @@ def test_every_chute_exception_is_exported_and_listed_in_the_errors_module() -> 
         assert getattr(chute, cls.__name__) is cls, cls
         assert cls.__name__ in chute.__all__
         assert cls.__name__ in (errors.__doc__ or ""), cls
-    assert chute.WorkerDiedError is remote.WorkerDiedError  # the old import path still works
+    assert chute.WorkerDiedError is worker_process.WorkerDiedError  # the same class

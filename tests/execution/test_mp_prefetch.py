@@ -14,7 +14,7 @@ import pytest
 
 import chute as grain
 from chute import MultiprocessingOptions
-from chute._execution.remote import WorkerDiedError
+from chute._execution.worker_process import WorkerDiedError
 from chute.experimental import assert_equal_output_after_checkpoint, skip_errors
 
 pytestmark = pytest.mark.usefixtures("start_method")

@@ -16,7 +16,7 @@ import pytest
 
 import chute as grain
 from chute import MultiprocessingOptions
-from chute._execution import remote
+from chute._execution import worker_process
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 pytestmark = pytest.mark.usefixtures("start_method")
@@ -72,7 +72,7 @@ def test_close_stops_workers_inside_a_read_at_once_instead_of_waiting(
     caplog: pytest.LogCaptureFixture, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A worker that close() waited on would take this whole grace and then be killed.
-    monkeypatch.setattr(remote, "STOP_GRACE_S", 60.0)
+    monkeypatch.setattr(worker_process, "STOP_GRACE_S", 60.0)
     source = Stuck(tmp_path, interruptible=True)
     ds = grain.MapDataset.source(source).to_iter_dataset(grain.ReadOptions(num_threads=0))
     it = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))

@@ -16,7 +16,7 @@ import pytest
 import chute as grain
 from chute import MultiprocessingOptions
 from chute._execution import processes
-from chute._execution.remote import RemoteIterator
+from chute._execution.worker_process import WorkerIterator
 
 
 @pytest.fixture
@@ -61,8 +61,8 @@ def test_a_closed_worker_exits_by_itself_although_later_workers_were_forked(
     start_method: str,
 ) -> None:
     ds = grain.MapDataset.range(100).to_iter_dataset()
-    first = RemoteIterator(ds, index=0, count=2)
-    second = RemoteIterator(ds, index=1, count=2)
+    first = WorkerIterator(ds, index=0, count=2)
+    second = WorkerIterator(ds, index=1, count=2)
     assert next(first) == 0 and next(second) == 0
     process = first._process
     first.close()  # joins it; a child still holding its pipes open would get it killed
@@ -195,7 +195,7 @@ def test_a_worker_gone_before_its_first_credit_still_says_why_it_could_not_start
 
     monkeypatch.setattr(processes, "start", start_and_wait_for_the_end)
     ds = grain.MapDataset.range(4).to_iter_dataset()
-    it = RemoteIterator(ds, worker_init_fn=_no_gpu)
+    it = WorkerIterator(ds, worker_init_fn=_no_gpu)
     with pytest.raises(grain.WorkerDiedError, match="could not start: RuntimeError: no GPU"):
         it.get_state()
     it.close()

@@ -266,7 +266,7 @@ def test_close_stops_workers_waiting_on_a_store_that_never_answers(
 ) -> None:
     import logging
 
-    from chute._execution import remote as worker_side
+    from chute._execution import worker_process as worker_side
 
     urls, _ = upload(s3, tmp_path)
     index = write_index(urls, s3.url("data/train.chute-index"))

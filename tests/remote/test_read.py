@@ -12,7 +12,7 @@ import pytest
 from chute import SourceChangedError
 from chute._remote import open_source
 from chute._remote.backends import run_on_io_loop
-from chute._remote.source import RangedSource, read_many
+from chute._remote.ranged_object import RangedSource, read_many
 
 
 @pytest.fixture(params=["s3", "gcs"])

@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from chute._cli.errors import CliError
+from chute._remote.ranged_object import split_url
 from chute._remote.retry import RetryBudgetExceeded, is_transient, status_of
-from chute._remote.source import split_url
 from chute._sources.array_record_index import is_url
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 When the parent often finds a worker's next element not made yet as its turn
 comes, that worker is granted more credits (a larger buffer, see
-``RemoteIterator``), so it works further ahead through its slow stretches.
+``WorkerIterator``), so it works further ahead through its slow stretches.
 The elements all workers may hold at once, times the size of an element
 (measured now and then on the elements that arrive), stays within the budget;
 a buffer never shrinks below the user's ``per_worker_buffer_size`` and never

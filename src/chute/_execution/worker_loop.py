@@ -1,4 +1,4 @@
-"""The worker process's side of ``RemoteIterator``: load the pipeline, then serve credits.
+"""The worker process's side of ``WorkerIterator``: load the pipeline, then serve credits.
 
 One message goes back per credit: ``ITEM`` (an element), ``ERROR`` (the
 element's exception, reported by ``worker_errors``), or ``END``, each with

@@ -33,14 +33,14 @@ from chute._core.sharding import NoSharding, ShardOptions
 from chute._core.transforms import TRANSFORM_TYPES, Batch, FlatMap, Map, MapWithIndex, RandomMap
 from chute._core.validate import check_int
 from chute._execution import processes, worker_seeds
-from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
+from chute._execution.worker_process import WorkerIterator
 from chute._loader.grain_state import is_grain_loader_state, loader_from_grain
 from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._loader.pipeline import worker_dataset
 from chute._loader.samplers import IndexSampler
 from chute._stages.batch import leaves_stacked_by
-from chute._stages.source import SourceMapDataset
+from chute._stages.source_dataset import SourceMapDataset
 from chute._stages.streams import Stream, positions_of, relayout
 from chute._stats import instrument
 from chute._stats.collector import LoaderCollector
@@ -329,7 +329,7 @@ class DataLoaderIterator:
             datasets = [instrument.marked(ds) for ds in datasets]
         if loader._worker_count:
             iterators: list[Any] = [
-                RemoteIterator(
+                WorkerIterator(
                     ds,
                     index=w,
                     count=workers,

@@ -38,7 +38,7 @@ from chute._loader.legacy_operation import RecordOperation
 from chute._loader.record import Record, RecordMetadata
 from chute._stages._origin import function_name, locate
 from chute._stages.flat_map import FlatMapIterDataset
-from chute._stages.source import SourceMapDataset
+from chute._stages.source_dataset import SourceMapDataset
 from chute._stages.streams import Stream, StreamMapDataset
 
 

@@ -10,9 +10,9 @@ Needs ``chute[remote]`` (obstore) for remote URLs; local paths need nothing.
 
 from chute._remote.file import RangedFile
 from chute._remote.open import list_prefix, open_source
+from chute._remote.ranged_object import RangedSource
 from chute._remote.ranged_source import LocalRanges
 from chute._remote.retry import RetryBudgetExceeded, RetryPolicy
-from chute._remote.source import RangedSource
 from chute._remote.write import ObjectWriter, write_object
 
 __all__ = [

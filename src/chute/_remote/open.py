@@ -8,9 +8,9 @@ import os
 from typing import Any
 
 from chute._remote import backends
+from chute._remote.ranged_object import RangedSource, split_url
 from chute._remote.ranged_source import LocalRanges
 from chute._remote.retry import RetryPolicy
-from chute._remote.source import RangedSource, split_url
 
 _WILDCARDS = "*?["
 
@@ -36,7 +36,7 @@ def open_source(
     retry: RetryPolicy | None = None,
     known: tuple[int, str] | None = None,
 ) -> RangedSource | LocalRanges:
-    """Opens the object at ``url`` for ranged reads; see ``chute._remote.source``.
+    """Opens the object at ``url`` for ranged reads; see ``chute._remote.ranged_object``.
 
     Args:
         url: ``s3://``, ``gs://``, ``az://``, ``https://`` or ``file://`` URL, or a path.

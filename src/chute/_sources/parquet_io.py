@@ -9,7 +9,7 @@ Parquet reader is built.
   chute's own object-store transport (``chute._remote``), as ArrayRecord files in a
   bucket are: credentials and endpoints come from the usual environment variables
   (``AWS_*`` with ``AWS_ENDPOINT_URL``, ``GOOGLE_APPLICATION_CREDENTIALS``,
-  ``STORAGE_EMULATOR_HOST``, ``AZURE_*``; see ``chute._remote.source``), transient
+  ``STORAGE_EMULATOR_HOST``, ``AZURE_*``; see ``chute._remote.ranged_object``), transient
   failures are retried with backoff, a missing object raises ``FileNotFoundError`` and
   a denied one ``PermissionError`` at once, naming the URL, and an object replaced
   while it is read raises ``SourceChangedError``.  Opening a file costs a HEAD and one
@@ -47,8 +47,8 @@ import numpy as np
 
 from chute._core.errors import SourceChangedError
 from chute._remote.backends import is_obstore
+from chute._remote.ranged_object import is_remote_url
 from chute._remote.retry import RetryBudgetExceeded
-from chute._remote.source import is_remote_url
 from chute._sources import parquet_checks
 
 

@@ -4,7 +4,7 @@ A shuffled batch touches many shards.  Read one shard at a time, it would wait o
 trip per shard; read on one thread per shard, the threads contend for the interpreter
 while they wait and decode.  Here the calling thread plans every shard's read
 (``RangedArrayRecordReader.begin``: the cache first), issues every shard's ranged GETs
-together on the process's I/O loop (``chute._remote.source.read_many``), checks every
+together on the process's I/O loop (``chute._remote.ranged_object.read_many``), checks every
 chunk's headers and data with one hash call each and decodes them (``decode_chunks``),
 and hands each reader its chunks to cache and slice (``finish``).
 """
@@ -29,7 +29,7 @@ def read_together(
     Every reader's source must be ``on_io_loop``.  When a file's bytes are bad,
     ``on_error(i, exc)`` is told which read failed before ``exc`` propagates.
     """
-    from chute._remote.source import read_many
+    from chute._remote.ranged_object import read_many
 
     pendings = [reader.begin(positions) for reader, positions in reads]
     fetching = [i for i, pending in enumerate(pendings) if pending.plan]

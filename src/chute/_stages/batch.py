@@ -263,7 +263,7 @@ def leaves_stacked_by(dataset: Any, leaves_fn: Callable[[list[Any]], Any]) -> An
     """``dataset``, its batches' leaves combined by ``leaves_fn``, if it batches last by default.
 
     A worker process passes a ``leaves_fn`` that stacks large arrays into its
-    shared-memory ring (``RemoteIterator(stack_batches=leaves_stacked_by)``);
+    shared-memory ring (``WorkerIterator(stack_batches=leaves_stacked_by)``);
     any other last stage, or a user's ``batch_fn``, is left as it is.
     """
     if not (isinstance(dataset, BatchIterDataset) and dataset._batch_fn is tree.stack):

@@ -56,7 +56,7 @@ from chute._stages.rebatch import RebatchIterDataset
 from chute._stages.repeat import RepeatIterDataset, RepeatMapDataset
 from chute._stages.shuffle import ShuffleMapDataset
 from chute._stages.slice import SliceMapDataset
-from chute._stages.source import RangeMapDataset, SourceMapDataset
+from chute._stages.source_dataset import RangeMapDataset, SourceMapDataset
 from chute._stages.thread_prefetch import ThreadPrefetchIterDataset
 from chute._stages.window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
 from chute._stages.with_options import WithOptionsIterDataset

@@ -28,8 +28,8 @@ from chute._core.seeding import derive_seed
 from chute._core.validate import check_callable
 from chute._execution import performance, processes, worker_seeds
 from chute._execution.buffer_sizing import BufferSizer
-from chute._execution.remote import RemoteIterator
 from chute._execution.round_robin import RoundRobinIterator
+from chute._execution.worker_process import WorkerIterator
 from chute._stages.batch import leaves_stacked_by
 from chute._stages.map import MapIterDataset, RandomMapIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
@@ -111,11 +111,11 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         self._iterators_made += 1
         return worker_seeds.base_seed(derive_seed(self), epoch)
 
-    def _workers(self, stream: Stream | None, states: list[Any], base: int) -> list[RemoteIterator]:
+    def _workers(self, stream: Stream | None, states: list[Any], base: int) -> list[WorkerIterator]:
         """One worker per state in ``states``."""
         count = len(states)
         return [
-            RemoteIterator(
+            WorkerIterator(
                 self._share(w, count, stream),
                 index=w,
                 count=count,

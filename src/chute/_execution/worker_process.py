@@ -1,4 +1,4 @@
-"""``RemoteIterator``: a dataset iterator that runs in a worker process.
+"""``WorkerIterator``: a dataset iterator that runs in a worker process.
 
 The worker iterates its dataset and sends, for every element, the element
 and its iterator's state right after producing it; the parent's
@@ -41,7 +41,7 @@ from chute._execution.worker_loop import END, ERROR, FAILED, READY, worker_main
 
 logger = logging.getLogger("chute")
 
-__all__ = ["RemoteIterator", "WorkerDiedError"]  # WorkerDiedError: its old home, still importable
+__all__ = ["WorkerIterator", "WorkerDiedError"]  # WorkerDiedError: its old home, still importable
 
 
 # How long a closed worker may take to leave before it is killed.  close() does not wait
@@ -82,7 +82,7 @@ def _interrupt(process: Any) -> None:
         pass
 
 
-class RemoteIterator(DatasetIterator[Any]):
+class WorkerIterator(DatasetIterator[Any]):
     """Iterates ``dataset`` in a worker process (worker ``index`` of ``count``).
 
     ``seed`` seeds the worker's global random generators (``random``, NumPy's,
@@ -192,7 +192,7 @@ class RemoteIterator(DatasetIterator[Any]):
 
     def _receive_one(self) -> tuple[str, Any, dict[str, Any]]:
         if self._closed:
-            raise closed_error("RemoteIterator")
+            raise closed_error("WorkerIterator")
         if not processes.wait_for(self._results, self._process):
             raise self._died()
         try:
@@ -282,7 +282,7 @@ class RemoteIterator(DatasetIterator[Any]):
     def set_state(self, state: dict[str, Any]) -> None:
         """Moves the worker to ``state``; a live worker is reused, not restarted."""
         if self._closed:
-            raise closed_error("RemoteIterator")
+            raise closed_error("WorkerIterator")
         if not self._process.is_alive():
             self._finalizer()
             self._launch(state)
