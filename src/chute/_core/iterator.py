@@ -13,14 +13,14 @@ pipeline's fingerprint (``chute._core.fingerprint``), checked on restore.
 from __future__ import annotations
 
 import abc
-import contextlib
 import functools
 import multiprocessing
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from chute._core import errors, fingerprint, pipeline_context, registry
+from chute._core.iterator_reports import describe_chain, skipped_records
+from chute._core.nesting import inner_iterators, is_nested
 
 T = TypeVar("T")
 
@@ -33,25 +33,6 @@ def _as_tuple(parents: Any) -> tuple[Any, ...]:
     return tuple(parents)
 
 
-_NESTING = threading.local()  # how deep in nested ``__iter__`` calls this thread is
-
-
-def forget_nesting() -> None:
-    """A forked worker process starts its own pipeline: its first ``iter()`` is outermost."""
-    _NESTING.depth = 0
-
-
-@contextlib.contextmanager
-def inner_iterators() -> Iterator[None]:
-    """Iterators built inside are parts of a larger whole: they carry no fingerprint."""
-    depth = getattr(_NESTING, "depth", 0)
-    _NESTING.depth = depth + 1
-    try:
-        yield
-    finally:
-        _NESTING.depth = depth
-
-
 def _marks_outer_iterator(iter_fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """Wraps a dataset's ``__iter__`` so the outermost iterator knows its dataset.
 
@@ -61,7 +42,7 @@ def _marks_outer_iterator(iter_fn: Callable[[Any], Any]) -> Callable[[Any], Any]
 
     @functools.wraps(iter_fn)
     def __iter__(self: Any) -> Any:
-        if getattr(_NESTING, "depth", 0):
+        if is_nested():
             return iter_fn(self)
         collector = None
         stats = registry.stats  # installed by chute._stats
@@ -299,59 +280,3 @@ class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
 def looks_like_grain(state: Any) -> bool:
     """True for a non-empty dict without chute's ``version`` and ``stage``: Grain's shape."""
     return isinstance(state, Mapping) and bool(state) and not {"version", "stage"} & set(state)
-
-
-def describe_chain(it: Any, depth: int = 4) -> str:
-    """``batch <- map(f) at element 12 <- ...``: stage labels down the first parents.
-
-    The first stage that counts its elements anyway says where it is.  Cheap:
-    reads a few attributes of at most ``depth`` iterators, never a state.
-    """
-    steps: list[str] = []
-    located = False
-    while it is not None and len(steps) < depth:
-        step = getattr(it, "_label", "") or it._stage_name()
-        position = None if located else it._repr_position()
-        located = located or position is not None
-        steps.append(step if position is None else f"{step} at element {position}")
-        it = it._parents[0] if it._parents else None
-    return " <- ".join(steps) + (" <- ..." if it is not None else "")
-
-
-_BUDGET_STAGES = ("error_budget", "with_options")
-
-
-def skipped_records(iterator: Any) -> list[dict[str, Any]]:
-    """The skip records of the error budgets in ``iterator``'s pipeline.
-
-    In-process budgets are found among the iterator's ancestors; those in
-    worker processes (``mp_prefetch``), in the states the workers last sent.
-    """
-    found: list[dict[str, Any]] = []
-    stack, seen = [iterator], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        own = getattr(type(node), "_own_skipped", None)
-        if own is not None:
-            found.extend(own(node))
-        parents = (getattr(node, "__dict__", None) or {}).get("_parents", ())
-        if parents:
-            stack.extend(reversed(parents))
-        elif callable(getattr(node, "get_state", None)):
-            _skipped_in_state(node.get_state(), found)
-    return found
-
-
-def _skipped_in_state(state: Any, found: list[dict[str, Any]]) -> None:
-    if isinstance(state, dict):
-        if state.get("stage") in _BUDGET_STAGES and isinstance(state.get("skipped"), list):
-            found.extend(dict(e) for e in state["skipped"])
-            return
-        for value in state.values():
-            _skipped_in_state(value, found)
-    elif isinstance(state, list):
-        for value in state:
-            _skipped_in_state(value, found)

@@ -27,7 +27,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from chute._core import iterator, tree
+from chute._core import nesting, tree
 from chute._execution import processes, tuning, worker_errors, worker_seeds
 from chute._execution.transport import RING_MIN_BYTES, RingWriter
 
@@ -119,7 +119,7 @@ def worker_main(
         worker_seeds.seed_globals(seed)
         if init_fn is not None:
             init_fn(index, count)
-        iterator.forget_nesting()  # forked inside the parent's iter(): this one is outermost
+        nesting.forget_nesting()  # forked inside the parent's iter(): this one is outermost
         it = iter(dataset)
         if state is not None:
             it.set_state(state)

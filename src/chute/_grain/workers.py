@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from chute._core.errors import CheckpointError
-from chute._core.iterator import STATE_VERSION, inner_iterators
+from chute._core.iterator import STATE_VERSION
+from chute._core.nesting import inner_iterators
 from chute._grain.need import need
 from chute._stages.slicing import share
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from chute._core.config import config
 from chute._core.errors import CheckpointError, closed_error
-from chute._core.iterator import inner_iterators
+from chute._core.nesting import inner_iterators
 from chute._core.options import ReadOptions
 from chute._core.sharding import NoSharding, ShardOptions
 from chute._core.transforms import TRANSFORM_TYPES, Batch, FlatMap, Map, MapWithIndex, RandomMap

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from chute._core.errors import CheckpointError
-from chute._core.iterator import inner_iterators
+from chute._core.nesting import inner_iterators
 from chute._grain.state import from_grain
 from chute._loader.pipeline import worker_dataset
 from chute._stages.streams import Stream
