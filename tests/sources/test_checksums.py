@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from highway_hash_reference import RIEGELI_KEY, highway_hash64
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chute._sources import checksums
-from chute._sources._highway_hash import RIEGELI_KEY, highway_hash64
 from chute._sources._highway_hash_many import highway_hash64_each, highway_hash64_many
 
 LENGTHS = [*range(301), 511, 1000, 4095, 4096, 65_536 + 13, (1 << 20) + 5]
