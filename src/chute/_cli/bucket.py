@@ -53,7 +53,9 @@ def is_bucket_url(path: str) -> bool:
     scheme = url_scheme(path)
     if scheme not in ("", "file", *REMOTE_SCHEMES):
         schemes = ", ".join(s + "://" for s in REMOTE_SCHEMES)
-        raise CliError(f"{path}: chute cannot read {scheme}:// URLs; give {schemes} or a path")
+        raise CliError(
+            f"{path}: chute cannot read or write {scheme}:// URLs; give a path or {schemes}"
+        )
     return is_remote_url(path)
 
 

@@ -202,7 +202,7 @@ class ParquetDataSource:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_pid", "_lock", "_local", "_cache", "_cached_bytes"):
+        for key in ("_made", "_lock", "_local", "_cache", "_cached_bytes"):
             del state[key]
         return state
 
