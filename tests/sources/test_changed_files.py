@@ -174,3 +174,14 @@ def test_every_source_raises_source_changed_error_for_a_changed_local_file(
     if kind != "array_record index":  # these raised a ValueError before: still one
         assert isinstance(info.value, ValueError)
         assert type(info.value) is chute.FileChangedError
+
+
+def test_an_error_budget_never_skips_a_changed_local_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import chute
+    from chute.experimental import skip_errors
+
+    source, _ = _replaced_after_construction(tmp_path)  # as a file in a bucket: no skipping
+    it = iter(skip_errors(chute.MapDataset.source(source).to_iter_dataset(), max_errors=10))
+    with pytest.raises(chute.SourceChangedError, match="changed since it was opened"):
+        next(it)
+    assert it.skipped == []
