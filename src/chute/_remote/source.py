@@ -29,6 +29,7 @@ the object.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import threading
@@ -317,14 +318,20 @@ def merge_ranges(
     [(0, 20, [0, 1]), (20, 30, [2])]
     """
     merged: list[tuple[int, int, list[int]]] = []
+    limit = math.inf if max_bytes is None else max_bytes
+    first = last = 0
+    members: list[int] = []
     for i in sorted(range(len(spans)), key=spans.__getitem__):
         start, end = spans[i]
-        if merged:
-            first, last, members = merged[-1]
-            top = max(last, end)
-            if start - last <= gap and (max_bytes is None or top - first <= max_bytes):
+        if members and start - last <= gap:
+            top = end if end > last else last
+            if top - first <= limit:
                 members.append(i)
-                merged[-1] = (first, top, members)
+                last = top
                 continue
-        merged.append((start, end, [i]))
+        if members:
+            merged.append((first, last, members))
+        first, last, members = start, end, [i]
+    if members:
+        merged.append((first, last, members))
     return merged

@@ -274,9 +274,12 @@ class RangedArrayRecordReader:
         chunk as ``(chunk, begin, end)`` in the file."""
         if not missing:
             return []
-        chunks = list(zip(missing, *self._footer.spans(missing)))
-        merged = merge_ranges([(b, e) for _, b, e in chunks], self._gap, self._max_range)
-        return [(begin, end, [chunks[m] for m in members]) for begin, end, members in merged]
+        begins, ends = self._footer.spans(missing)
+        merged = merge_ranges(list(zip(begins, ends)), self._gap, self._max_range)
+        return [
+            (begin, end, [(missing[m], begins[m], ends[m]) for m in members])
+            for begin, end, members in merged
+        ]
 
     def release_cache(self) -> None:
         """The reader is done for now: its current chunk may leave a shared cache."""
