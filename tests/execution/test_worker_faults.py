@@ -97,6 +97,19 @@ def test_after_a_worker_error_the_other_elements_keep_the_uninterrupted_order(
     assert out == [*range(13), "error", *range(14, 30)]
 
 
+def _source_changed_at_13(x: int) -> int:
+    if x == 13:
+        raise grain.SourceChangedError("shard 2 changed since it was opened")
+    return x
+
+
+def test_a_changed_source_in_a_worker_takes_its_elements_turn_like_any_error() -> None:
+    ds = grain.MapDataset.range(30).map(_source_changed_at_13).to_iter_dataset()
+    with iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2))) as it:
+        out, _ = _drain(it, grain.SourceChangedError)
+    assert out == [*range(13), "error", *range(14, 30)]  # the worker went on: so do its turns
+
+
 def test_a_checkpoint_after_a_worker_error_resumes_in_the_same_order() -> None:
     ds = grain.MapDataset.range(30).map(_fails_at_13).to_iter_dataset()
     pipeline = ds.mp_prefetch(MultiprocessingOptions(num_workers=2))

@@ -83,6 +83,15 @@ def test_bucket_shards_without_an_index_open_by_glob_and_pickle(store: Any, tmp_
     assert ArrayRecordDataSource(urls[1:3])[0] == local[300]
 
 
+def test_a_url_with_its_scheme_in_capitals_opens_the_same_bucket_set(
+    s3: Any, tmp_path: Path
+) -> None:
+    urls, files = upload(s3, tmp_path)
+    shouted = s3.url("data/train-*.array_record").replace("s3://", "S3://", 1)
+    remote = ArrayRecordDataSource(shouted)  # RFC 3986: schemes are case-insensitive
+    assert remote.paths == urls and remote[7] == ArrayRecordDataSource(files)[7]
+
+
 def test_a_bucket_glob_that_matches_nothing_says_so(s3: Any) -> None:
     with pytest.raises(FileNotFoundError, match="no objects match"):
         ArrayRecordDataSource(s3.url("nothing-*.array_record"))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from chute._sources import checksums
+
+sys.path.insert(0, str(Path(__file__).parent))  # highway_hash_reference, the tests' own
 
 
 @pytest.fixture(params=["compiled", "numpy"])

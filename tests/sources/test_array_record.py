@@ -287,8 +287,8 @@ def test_pickles_as_its_files_and_reopens_lazily(three_shards: list[str]) -> Non
 def test_a_forked_child_opens_its_own_readers(one_file: str) -> None:
     source = ArrayRecordDataSource(one_file)
     source[0]
-    source._pid = -1  # as a forked child sees it: the readers belong to another process
-    assert source[3] == RECORDS[3] and source._pid == os.getpid()
+    source._made.pid = -1  # as a forked child sees it: the readers belong to another process
+    assert source[3] == RECORDS[3] and not source._made.forked()
 
 
 def test_repr_names_the_files_and_is_stable(tmp_path: Path, three_shards: list[str]) -> None:

@@ -134,3 +134,54 @@ def test_a_tfrecord_file_rewritten_in_place_with_its_size_raises(
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # surely a later write
     with pytest.raises(ValueError, match=r"changed since it was opened \(written to since\)"):
         list(it)
+
+
+def _read_after_change(kind: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Opens a local file as ``kind`` reads it, changes the file, then reads it again."""
+    from chute._sources.array_record_index import write_index
+    from chute._sources.tfrecord import write_tfrecord
+    from chute.experimental import TFRecordIterDataset
+
+    if kind == "tfrecord":
+        path = str(tmp_path / "data.tfrecord")
+        write_tfrecord([b"x" * 100_000 for _ in range(20)], path)
+        it = iter(TFRecordIterDataset(path))
+        next(it)
+        with open(path, "r+b") as f:
+            f.truncate(100_000)
+        list(it)
+        return
+    source, path = _replaced_after_construction(tmp_path)
+    if kind == "array_record index":
+        index = write_index([path], str(tmp_path / "data.chute-index"))
+        source = ArrayRecordDataSource(index)
+        source[0]
+        with open(path, "ab") as f:  # written to after the index recorded it
+            f.write(b"more")
+        source.close()  # the next read opens the file again
+    source[0]
+
+
+@pytest.mark.parametrize("kind", ["array_record", "array_record index", "tfrecord"])
+def test_every_source_raises_source_changed_error_for_a_changed_local_file(
+    tmp_path,  # type: ignore[no-untyped-def]
+    kind: str,
+) -> None:
+    import chute
+
+    with pytest.raises(chute.SourceChangedError, match="changed since") as info:
+        _read_after_change(kind, tmp_path)
+    if kind != "array_record index":  # these raised a ValueError before: still one
+        assert isinstance(info.value, ValueError)
+        assert type(info.value) is chute.FileChangedError
+
+
+def test_an_error_budget_never_skips_a_changed_local_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import chute
+    from chute.experimental import skip_errors
+
+    source, _ = _replaced_after_construction(tmp_path)  # as a file in a bucket: no skipping
+    it = iter(skip_errors(chute.MapDataset.source(source).to_iter_dataset(), max_errors=10))
+    with pytest.raises(chute.SourceChangedError, match="changed since it was opened"):
+        next(it)
+    assert it.skipped == []

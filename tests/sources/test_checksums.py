@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from highway_hash_reference import RIEGELI_KEY, highway_hash64
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chute._sources import checksums
-from chute._sources._highway_hash import RIEGELI_KEY, highway_hash64
 from chute._sources._highway_hash_many import highway_hash64_each, highway_hash64_many
 
 LENGTHS = [*range(301), 511, 1000, 4095, 4096, 65_536 + 13, (1 << 20) + 5]
@@ -87,6 +87,35 @@ def test_every_implementation_gives_the_same_hashes(messages: list[bytes]) -> No
             assert checksums.hash_each([memoryview(m) for m in messages]) == reference
     finally:
         checksums.use_compiled(previous)
+
+
+def test_the_numpy_fallback_hashes_a_lone_input_as_the_reference_does() -> None:
+    previous = checksums.use_compiled(False)
+    try:
+        for message in _inputs(4)[::7]:
+            assert checksums.hash_each([message]) == [highway_hash64(message)]
+    finally:
+        checksums.use_compiled(previous)
+
+
+def test_checksums_is_the_one_highway_hash_entry_point() -> None:
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    import chute
+
+    assert importlib.util.find_spec("chute._sources._highway_hash") is None  # no scalar copy
+    root = Path(chute.__file__).parent
+    importers = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names] + [node.module or ""]
+            if any("_highway_hash" in name for name in names):
+                importers.add(path.relative_to(root).as_posix())
+    assert importers == {"_sources/checksums.py"}
 
 
 def test_the_compiled_hash_refuses_bad_arguments_with_a_reason() -> None:

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from highway_hash_reference import highway_hash64
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chute._remote.ranged_source import LocalRanges, RangedByteSource
-from chute._sources._highway_hash import highway_hash64
 from chute._sources._highway_hash_many import highway_hash64_many
 from chute._sources.array_record_format import BLOCK_SIZE, ArrayRecordFormatError
 from chute._sources.chunk_cache import chunk_cost

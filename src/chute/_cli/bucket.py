@@ -21,9 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from chute._cli.errors import CliError
-from chute._remote.ranged_object import split_url
+from chute._remote.ranged_object import REMOTE_SCHEMES, is_remote_url, split_url, url_scheme
 from chute._remote.retry import RetryBudgetExceeded, is_transient, status_of
-from chute._sources.array_record_index import is_url
 
 __all__ = [
     "bucket_error",
@@ -49,13 +48,20 @@ _ENDPOINTS = {"s3": "AWS_ENDPOINT_URL", "gs": "STORAGE_EMULATOR_HOST"}
 
 
 def is_bucket_url(path: str) -> bool:
-    """Whether ``path`` is an object-store URL rather than a local path."""
-    return is_url(path)
+    """Whether ``path`` is an object-store URL (``is_remote_url``) rather than a local path;
+    a ``CliError`` for a URL of a scheme chute does not read (``hdfs://``), which is neither."""
+    scheme = url_scheme(path)
+    if scheme not in ("", "file", *REMOTE_SCHEMES):
+        schemes = ", ".join(s + "://" for s in REMOTE_SCHEMES)
+        raise CliError(
+            f"{path}: chute cannot read or write {scheme}:// URLs; give a path or {schemes}"
+        )
+    return is_remote_url(path)
 
 
 def check_prefix(prefix: str) -> str:
     """A bucket OUTPUT_PREFIX, checked: a writable scheme, a name, no wildcards."""
-    scheme = prefix.split("://", 1)[0]
+    scheme = url_scheme(prefix)
     if scheme not in WRITABLE:
         raise CliError(
             f"{prefix}: cannot write to {scheme}:// URLs; give an OUTPUT_PREFIX in a bucket "

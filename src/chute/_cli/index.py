@@ -12,11 +12,12 @@ import argparse
 import os
 import re
 
-from chute._cli.bucket import resolve_url
+from chute._cli.bucket import is_bucket_url, resolve_url
 from chute._cli.decode import human_size
 from chute._cli.errors import CliError
+from chute._remote.ranged_object import is_remote_url
 from chute._sources.array_record_format import ArrayRecordFormatError
-from chute._sources.array_record_index import SUFFIX, is_url, write_index
+from chute._sources.array_record_index import SUFFIX, write_index
 from chute._sources.array_record_paths import expand
 
 __all__ = ["default_index_path", "register", "run"]
@@ -53,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Runs ``chute index``; returns the exit status."""
-    if is_url(args.shards):  # a bucket: a glob, PREFIX@N or a convert OUTPUT_PREFIX
+    if is_bucket_url(args.shards):  # a bucket: a glob, PREFIX@N or a convert OUTPUT_PREFIX
         files = resolve_url(args.shards)
     else:
         try:
@@ -71,6 +72,6 @@ def run(args: argparse.Namespace) -> int:
         write_index(files, output)
     except (OSError, ArrayRecordFormatError) as exc:
         raise CliError(f"{args.shards}: cannot index: {exc}") from None
-    size = "" if is_url(output) else f", {human_size(os.path.getsize(output))}"
+    size = "" if is_remote_url(output) else f", {human_size(os.path.getsize(output))}"
     print(f"{output}: {len(files)} shard(s) indexed{size}")
     return 0

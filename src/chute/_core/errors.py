@@ -15,7 +15,11 @@ index.  The library's own exceptions form one tree, all importable from
     ├── FilterThresholdError (ValueError) a filter dropped more than
     │                               DatasetOptions.filter_raise_threshold_ratio
     ├── SourceChangedError (OSError) an object (in a bucket, or a local file)
-    │                               changed after it was opened for reading
+    │   │                           changed after it was opened for reading
+    │   └── FileChangedError (ValueError) the same, raised for a local file by
+    │                               ArrayRecordDataSource's own reader and by
+    │                               TFRecord sources, where chute raised a
+    │                               ValueError before: catch SourceChangedError
     └── WorkerDiedError (RuntimeError) a worker process ended without being
                                     asked to (killed, out of memory), or could
                                     not start (its note says why)
@@ -56,7 +60,18 @@ class FilterThresholdError(ChuteError, ValueError):
 
 
 class SourceChangedError(ChuteError, OSError):
-    """An object changed (another ETag or generation) after it was opened for reading."""
+    """An object changed (another ETag or generation) after it was opened for reading.
+
+    Every source raises it, or ``FileChangedError``, for a file or object that changed
+    (or was replaced) while it was read or since an index recorded it."""
+
+
+class FileChangedError(SourceChangedError, ValueError):
+    """A ``SourceChangedError`` for a local file that is also a ``ValueError``.
+
+    ``ArrayRecordDataSource`` (reading with array_record's reader) and the TFRecord
+    sources raised ``ValueError`` for a local file that changed; they raise this now, so
+    code that catches either keeps working."""
 
 
 class WorkerDiedError(ChuteError, RuntimeError):

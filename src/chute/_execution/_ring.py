@@ -39,6 +39,8 @@ from multiprocessing import resource_tracker
 
 import numpy as np
 
+from chute._core.fork import ForkCheck
+
 try:
     import _posixshmem
 except ImportError:  # pragma: no cover - Windows
@@ -235,7 +237,7 @@ class ReadSlots:
     """The reader's side: maps slots, lends or copies their bytes, frees them, cleans up."""
 
     def __init__(self, prefix: str, lend_limit: int) -> None:
-        self.prefix, self.pid, self.closed = prefix, os.getpid(), False
+        self.prefix, self.made, self.closed = prefix, ForkCheck(), False
         self.lend_limit = lend_limit
         self.lent = _Lent()
         self.slots: dict[int, Segment] = {}
@@ -266,7 +268,7 @@ class ReadSlots:
 
     def close(self) -> None:
         """Tells the writer, then unlinks every slot name left (only in this process)."""
-        if self.closed or self.pid != os.getpid():
+        if self.closed or self.made.forked():
             return  # a forked child leaves its parent's segments alone
         self.closed = True
         self.control.head[CLOSED] = 1  # before unlinking: see WriteSlots._create

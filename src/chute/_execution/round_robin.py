@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from chute._core.errors import CheckpointError, ChuteError
+from chute._core.errors import CheckpointError, IteratorClosedError, WorkerDiedError
 from chute._core.iterator import DatasetIterator
 
 
@@ -42,7 +42,7 @@ class RoundRobinIterator(DatasetIterator[Any]):
                     element = next(self._parents[w])
                 except StopIteration:
                     self._exhausted[w] = True
-                except ChuteError:
+                except (WorkerDiedError, IteratorClosedError):
                     raise  # a dead or closed iterator: its turn stays, so a restore goes on there
                 except Exception:
                     if not self._keep_turn_on_error:  # the failing element took this turn

@@ -25,10 +25,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from chute._core.fork import ForkCheck
+
 __all__ = ["install", "on_terminate"]
 
 _cleanups: dict[int, Callable[[], Any]] = {}
-_owner = os.getpid()
+_owner = ForkCheck()
 _stopping = False
 
 
@@ -47,14 +49,14 @@ def install() -> None:
     """Installs the handler, if SIGTERM has its default action and this is the main thread."""
     if threading.current_thread() is not threading.main_thread():
         return
-    if os.getpid() != _owner or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    if _owner.forked() or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return
     signal.signal(signal.SIGTERM, _terminate)
 
 
 def _terminate(signum: int, frame: Any) -> None:
     global _stopping
-    if os.getpid() == _owner and not _stopping:
+    if not _owner.forked() and not _stopping:
         _stopping = True
         for cleanup in list(_cleanups.values()):
             try:
@@ -68,7 +70,7 @@ def _terminate(signum: int, frame: Any) -> None:
 def _forget_in_child() -> None:
     """A forked child gets SIGTERM's default action back, and no cleanups of its parent's."""
     global _owner
-    _owner = os.getpid()
+    _owner = ForkCheck()
     _cleanups.clear()
     if signal.getsignal(signal.SIGTERM) is _terminate:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

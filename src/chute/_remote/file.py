@@ -35,6 +35,7 @@ import threading
 from typing import Any
 
 from chute._core.validate import check_int
+from chute._remote.ranged_object import merge_ranges
 
 __all__ = ["RangedFile"]
 
@@ -136,18 +137,13 @@ class RangedFile(io.RawIOBase):
         one go) is answered too.
         """
         self._check_open()
-        spans = sorted(
+        spans = [
             (int(o), min(int(o) + int(n), self._size))
             for o, n in ranges
             if 0 <= o < self._size and n > 0
-        )
-        merged: list[list[int]] = []
-        for start, end in spans:
-            if merged and start - merged[-1][1] <= _PREFETCH_GAP:
-                merged[-1][1] = max(merged[-1][1], end)
-            else:
-                merged.append([start, end])
-        wanted = [(start, end - start) for start, end in merged]
+        ]
+        merged = merge_ranges(spans, _PREFETCH_GAP)
+        wanted = [(start, end - start) for start, end, _ in merged]
         with self._lock:
             self._blocks = []  # the old ones go first: memory holds one set at a time
             if wanted:

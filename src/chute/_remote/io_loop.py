@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
-import os
 import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
+
+from chute._core.fork import ForkCheck
 
 T = TypeVar("T")
 
@@ -35,7 +36,7 @@ EXIT_WAIT_S = 1.0  # how long stop() waits for requests to end and obstore to le
 _lock = threading.Lock()
 _loop: _Loop | None = None  # this process's loop, while it runs
 _stopped_why = ""  # set by stop(): later requests raise, naming it
-_stopped_pid = -1
+_stopped_in: ForkCheck | None = None  # the process stop() was called in
 _on_stop: list[Callable[[], None]] = []
 
 
@@ -82,7 +83,7 @@ class _IOLoop(asyncio.SelectorEventLoop):
 
 class _Loop:
     def __init__(self) -> None:
-        self.pid = os.getpid()
+        self.made = ForkCheck()
         self.loop = _IOLoop()
         started = threading.Event()
 
@@ -114,17 +115,17 @@ def run_on_io_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         atexit.register(_stop_at_exit)
     coroutine = make()
     with _lock:  # a request is either submitted before stop() cancels all, or refused
-        if _stopped_pid == os.getpid():
+        if _stopped_here():
             coroutine.close()
             raise _stopped_error()
         state = _loop
-        if state is None or state.pid != os.getpid():
+        if state is None or state.made.forked():
             state = _loop = _Loop()
         done = asyncio.run_coroutine_threadsafe(coroutine, state.loop)
     try:
         return done.result()
     except concurrent.futures.CancelledError:
-        if _stopped_pid == os.getpid():
+        if _stopped_here():
             raise _stopped_error() from None
         raise
 
@@ -148,11 +149,11 @@ def stop(why: str = "the interpreter is exiting") -> None:
 
     Returns once obstore's threads have let go of every request (``EXIT_WAIT_S`` at most).
     """
-    global _loop, _stopped_why, _stopped_pid
+    global _loop, _stopped_why, _stopped_in
     with _lock:
         state, _loop = _loop, None
-        _stopped_why, _stopped_pid = why, os.getpid()
-    if state is None or state.pid != os.getpid():
+        _stopped_why, _stopped_in = why, ForkCheck()
+    if state is None or state.made.forked():
         return
     deadline = time.monotonic() + EXIT_WAIT_S
     try:
@@ -179,6 +180,11 @@ async def _cancel_all() -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _stopped_here() -> bool:
+    """Whether ``stop()`` was called in this process (a forked child may start a loop)."""
+    return _stopped_in is not None and not _stopped_in.forked()
 
 
 def _stopped_error() -> RuntimeError:

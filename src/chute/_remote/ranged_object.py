@@ -29,26 +29,45 @@ the object.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import re
 import threading
 import urllib.parse
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from chute._core.errors import SourceChangedError
 from chute._remote.retry import RetryPolicy, with_retries
 
 REMOTE_SCHEMES = ("s3", "gs", "az", "abfs", "http", "https")
+# RFC 3986's scheme then "://", or "file:" (whose URLs may leave out the "//")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://|(file):", re.IGNORECASE)
 T = TypeVar("T")
 
 
+def url_scheme(path: str) -> str:
+    """The scheme of ``path``, lowercased (schemes are case-insensitive, RFC 3986); ``""``
+    for a path: one that does not start with ``scheme://`` (or ``file:``).
+
+    >>> url_scheme("S3://b/k"), url_scheme("file:/tmp/k"), url_scheme("k:v"), url_scheme("k")
+    ('s3', 'file', '', '')
+    """
+    found = _SCHEME.match(path)
+    return (found.group(1) or found.group(2)).lower() if found else ""
+
+
 def is_remote_url(path: str) -> bool:
-    """Whether ``path`` is a URL that chute's transport reads (``s3://``, ``gs://``, ...).
+    """Whether ``path`` is a URL that chute's transport reads (``s3://``, ``gs://``, ``az://``,
+    ``abfs://``, ``http(s)://``, in any case): chute's one answer to "is this a URL".
+
+    ``file://`` URLs and paths are local; a URL of another scheme is neither (opening
+    one raises ``ValueError`` naming the schemes chute reads).
 
     >>> is_remote_url("S3://b/k"), is_remote_url("hdfs://n/k"), is_remote_url("data/k")
     (True, False, False)
     """
-    return "://" in path and path.split("://", 1)[0].lower() in REMOTE_SCHEMES
+    return url_scheme(path) in REMOTE_SCHEMES
 
 
 def split_url(url: str) -> tuple[str, str, str]:
@@ -56,21 +75,22 @@ def split_url(url: str) -> tuple[str, str, str]:
     if not isinstance(url, (str, os.PathLike)):
         raise TypeError(f"url must be a str or os.PathLike (got {url!r}).")
     url = os.fspath(url)
-    parsed = urllib.parse.urlsplit(url)
-    if parsed.scheme in ("", "file") or len(parsed.scheme) == 1:  # C:\ on Windows
-        return "file", "", parsed.path if parsed.scheme == "file" else url
-    if parsed.scheme not in REMOTE_SCHEMES:
+    scheme = url_scheme(url)
+    if scheme in ("", "file") or len(scheme) == 1:  # a drive letter (C://) on Windows
+        return "file", "", urllib.parse.urlsplit(url).path if scheme == "file" else url
+    if scheme not in REMOTE_SCHEMES:
         raise ValueError(
-            f"unsupported URL scheme {parsed.scheme!r} in {url!r}; expected one of "
+            f"unsupported URL scheme {scheme!r} in {url!r}; expected one of "
             f"{', '.join(s + '://' for s in REMOTE_SCHEMES)}, file:// or a local path."
         )
+    parsed = urllib.parse.urlsplit(url)
     key = parsed.path.lstrip("/")
-    if parsed.scheme in ("http", "https"):
+    if scheme in ("http", "https"):
         folder, _, key = parsed.path.rpartition("/")
-        return parsed.scheme, parsed.netloc + folder, key
+        return scheme, parsed.netloc + folder, key
     if not parsed.netloc or not key:
-        raise ValueError(f"{url!r} does not name an object: expected {parsed.scheme}://bucket/key")
-    return parsed.scheme, parsed.netloc, key
+        raise ValueError(f"{url!r} does not name an object: expected {scheme}://bucket/key")
+    return scheme, parsed.netloc, key
 
 
 class IncompleteAnswer(ConnectionError):
@@ -138,23 +158,17 @@ class RangedSource:
                     f"range (offset={offset}, length={length}) is outside {self.url} "
                     f"({self._size} bytes)."
                 )
-        merged = _merge([s for s in spans if s[1] > s[0]], self.coalesce)
+        wanted = [i for i, (start, end) in enumerate(spans) if end > start]
+        merged = merge_ranges([spans[i] for i in wanted], self.coalesce)
+        out = [b""] * len(spans)
         if not merged:
-            return [b"" for _ in spans]
-        blobs = await self._fetch(merged)
-        out = []
-        for start, end in spans:
-            if end == start:
-                out.append(b"")
-                continue
-            index = _covering(merged, start)
-            base = merged[index][0]
-            blob = blobs[index]
-            out.append(
-                blob
-                if (base, len(blob)) == (start, end - start)
-                else blob[start - base : end - base]
-            )
+            return out
+        blobs = await self._fetch([(start, end) for start, end, _ in merged])
+        for (base, _, members), blob in zip(merged, blobs):
+            for i in (wanted[m] for m in members):
+                start, end = spans[i]
+                whole = (base, len(blob)) == (start, end - start)
+                out[i] = blob if whole else blob[start - base : end - base]
         return out
 
     def close(self) -> None:
@@ -287,17 +301,37 @@ async def gather_or_cancel(awaitables: Iterable[Awaitable[T]]) -> list[T]:
     return [t.result() for t in tasks]
 
 
-def _merge(spans: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
-    merged: list[tuple[int, int]] = []
-    for start, end in sorted(spans):
-        if merged and start - merged[-1][1] <= gap:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
+def merge_ranges(
+    spans: Sequence[tuple[int, int]], gap: int, max_bytes: int | None = None
+) -> list[tuple[int, int, list[int]]]:
+    """``(start, end)`` byte spans merged into as few ranges as read them all: spans at most
+    ``gap`` bytes apart (or overlapping) join one range, and a range grows past ``max_bytes``
+    only by one span that is larger alone.  Each range comes as ``(start, end, members)``,
+    in order of ``start``; ``members`` are the positions in ``spans`` of the spans it covers.
+
+    chute's one range merger: a remote source's reads, ``RangedFile.prefetch`` and the
+    ArrayRecord reader's chunks all merge through it.
+
+    >>> merge_ranges([(50, 60), (0, 10), (12, 20)], gap=2)
+    [(0, 20, [1, 2]), (50, 60, [0])]
+    >>> merge_ranges([(0, 10), (10, 20), (20, 30)], gap=0, max_bytes=20)
+    [(0, 20, [0, 1]), (20, 30, [2])]
+    """
+    merged: list[tuple[int, int, list[int]]] = []
+    limit = math.inf if max_bytes is None else max_bytes
+    first = last = 0
+    members: list[int] = []
+    for i in sorted(range(len(spans)), key=spans.__getitem__):
+        start, end = spans[i]
+        if members and start - last <= gap:
+            top = end if end > last else last
+            if top - first <= limit:
+                members.append(i)
+                last = top
+                continue
+        if members:
+            merged.append((first, last, members))
+        first, last, members = start, end, [i]
+    if members:
+        merged.append((first, last, members))
     return merged
-
-
-def _covering(merged: list[tuple[int, int]], start: int) -> int:
-    import bisect
-
-    return bisect.bisect_right(merged, (start, float("inf"))) - 1

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._core.fork import ForkCheck
 from chute._execution._ring import _unlink_name
 
 try:
@@ -44,7 +45,7 @@ class _Segment:
     """This process's read-only mapping of a segment; the owner's also unlinks it."""
 
     def __init__(self, name: str, owner: SharedMemory | None = None) -> None:
-        self.name, self._owner, self._pid = name, owner, os.getpid()
+        self.name, self._owner, self._made = name, owner, ForkCheck()
         self._views: list[memoryview] = []
         self._map: mmap.mmap | SharedMemory | None = None
         try:
@@ -89,12 +90,12 @@ class _Segment:
                 self._map.close()
             except BufferError:  # arrays read from it still use it: unmapped when they go
                 pass
-        if self._owner is not None and self._pid == os.getpid():
+        if self._owner is not None and not self._made.forked():
             self.unlink()  # a forked child never unlinks its parent's segment
 
     def unlink(self) -> None:
         owner, self._owner = self._owner, None
-        if self._pid != os.getpid():
+        if self._made.forked():
             owner = None  # a forked child unlinks as a stranger would
         try:
             if owner is not None:

@@ -32,8 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from chute._core.errors import Origin, mark_origin
+from chute._core.errors import FileChangedError, Origin, mark_origin
 from chute._core.fingerprint import files_identity
+from chute._core.fork import ForkCheck
+from chute._remote.ranged_object import is_remote_url
 from chute._remote.ranged_source import LocalRanges
 from chute._sources.array_record_native import native_class, native_module
 from chute._sources.array_record_paths import expand
@@ -49,7 +51,6 @@ _WHAT = "ArrayRecordDataSource"
 _DEFAULT_OPTIONS = {"readahead_buffer_size": "0", "max_parallelism": "0"}
 _DEFAULT_STRING = ",".join(f"{k}:{v}" for k, v in _DEFAULT_OPTIONS.items())
 _GROUP = re.compile(r"(?:^|,)group_size:(\d+)")
-_URL = re.compile(r"^(s3|gs|az|abfs|http|https)://")  # the object stores chute._remote reads
 _REPR_FILES = 4
 _ITER_BLOCK = 1024
 
@@ -116,7 +117,7 @@ def _in_bucket(paths: Any) -> bool:
     given = [paths] if isinstance(paths, (str, os.PathLike)) else paths
     if not isinstance(given, Sequence) or not given:
         return False
-    return all(isinstance(p, (str, os.PathLike)) and _URL.match(os.fspath(p)) for p in given)
+    return all(isinstance(p, (str, os.PathLike)) and is_remote_url(os.fspath(p)) for p in given)
 
 
 def _identity(path: str) -> tuple[int, int, int]:
@@ -303,7 +304,7 @@ class ArrayRecordDataSource:
         self._shift = self._ends - lengths - [e[1] for e in self._entries]
         self._lock = threading.Lock()
         self._readers: list[Any] = [None] * len(self._entries)
-        self._pid = os.getpid()
+        self._made = ForkCheck()  # the readers and the lock are this process's
 
     def __getstate__(self) -> dict[str, Any]:
         return {"entries": self._entries, "options": self._options, "identity": self._known}
@@ -318,7 +319,7 @@ class ArrayRecordDataSource:
 
     def _reader(self, k: int) -> Any:
         """File ``k``'s reader in this process, opened on first use."""
-        if self._pid != os.getpid():  # a forked child: the parent's readers are not its own
+        if self._made.forked():  # a forked child: the parent's readers are not its own
             self._setup()
         reader = self._readers[k]
         if reader is None:
@@ -400,11 +401,11 @@ class ArrayRecordDataSource:
         mark_origin(error, Origin(index=index, file=path, record=positions[0]))
         raise error
 
-    def _changed(self, k: int, now: tuple[int, int, int], record: int | None) -> ValueError:
+    def _changed(self, k: int, now: tuple[int, int, int], record: int | None) -> FileChangedError:
         """The error for file ``k``, found ``now`` to differ from what the source opened."""
         path, before = self._entries[k][0], self._known[k] or now
         what = f"record {record} cannot be read" if record is not None else "it cannot be read"
-        return ValueError(
+        return FileChangedError(
             f"{_WHAT}: {path!r} changed since it was opened when the {_WHAT} was made "
             f"({_how_changed(before, now)}), so {what} as it was. If the file was replaced "
             f"on purpose, make a new {_WHAT}; "
@@ -436,7 +437,7 @@ class ArrayRecordDataSource:
         """Closes the files open in this process; a later read opens them again."""
         with self._lock:
             readers, self._readers = self._readers, [None] * len(self._entries)
-        if self._pid == os.getpid():
+        if not self._made.forked():
             for reader in readers:
                 if reader is not None:
                     reader.close()

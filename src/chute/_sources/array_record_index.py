@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from chute._core.fork import ForkCheck
+from chute._remote.ranged_object import is_remote_url, split_url
 from chute._remote.ranged_source import LocalRanges
 from chute._sources.array_record_footer import Footer, uniform_group
 from chute._sources.ranged_array_record import RangedArrayRecordReader
@@ -40,7 +42,6 @@ __all__ = [
     "IndexedShard",
     "is_index",
     "index_in_memory",
-    "is_url",
     "open_ranged",
     "read_index",
     "write_index",
@@ -52,18 +53,13 @@ _ALIGN = 64
 _VERSION = 1
 
 
-def is_url(path: str) -> bool:
-    """Whether ``path`` is an object-store URL (``s3://``, ``gs://``, ...), not a local file."""
-    scheme = path.split("://", 1)[0] if "://" in path else ""
-    return scheme not in ("", "file")
-
-
 def open_ranged(path: str, known: tuple[int, str] | None = None, filesystem: Any = None) -> Any:
     """A ranged byte source for a local path (``LocalRanges``) or an object-store URL
     (opened without a request when its ``(size, version)`` is ``known``; through
     ``filesystem``, an obstore store or fsspec filesystem, when one is given)."""
-    if not is_url(path):
-        return LocalRanges(path[len("file://") :] if path.startswith("file://") else path)
+    if not is_remote_url(path):
+        _, _, local = split_url(path)  # raises for a URL of a scheme chute does not read
+        return LocalRanges(local)
     from chute._remote import open_source  # the object stores need chute[remote]
 
     source = open_source(path, known=known, filesystem=filesystem)
@@ -78,17 +74,17 @@ class _File:
     """The index file, opened once per process and read by ranges."""
 
     def __init__(self, path: str, filesystem: Any = None) -> None:
-        self.path, self.remote, self.filesystem = path, is_url(path), filesystem
+        self.path, self.remote, self.filesystem = path, is_remote_url(path), filesystem
         self._source: Any = None
-        self._pid = -1
+        self._opened_in: ForkCheck | None = None
 
     def int64(self, offset: int, count: int) -> np.ndarray:
         return np.frombuffer(self.read([(offset, 8 * count)])[0], "<i8")
 
     def _opened(self) -> Any:
-        if self._pid != os.getpid():  # a forked child opens its own
+        if self._opened_in is None or self._opened_in.forked():  # a forked child opens its own
             self._source = open_ranged(self.path, filesystem=self.filesystem)
-            self._pid = os.getpid()
+            self._opened_in = ForkCheck()
         return self._source
 
     def size(self) -> int:
@@ -96,7 +92,8 @@ class _File:
 
     def retries(self) -> int:
         """Requests for the index file this process retried."""
-        return int(getattr(self._source, "retries", 0)) if self._pid == os.getpid() else 0
+        opened_here = self._opened_in is not None and not self._opened_in.forked()
+        return int(getattr(self._source, "retries", 0)) if opened_here else 0
 
     def read(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         self._opened()
@@ -226,7 +223,7 @@ def write_index(files: Sequence[str], path: str, *, filesystem: Any = None) -> s
     pad = -head % _ALIGN
     parts = [_MAGIC + len(header).to_bytes(8, "little") + header + b"\0" * pad]
     parts += [a.astype("<i8").tobytes() for arrays in (starts, firsts) for a in arrays]
-    if is_url(path):
+    if is_remote_url(path):
         from chute._remote import write_object
 
         write_object(path, parts, filesystem=filesystem)  # all or nothing
@@ -248,8 +245,8 @@ def _footer_of(f: str, filesystem: Any = None) -> tuple[dict[str, Any], Footer]:
     finally:
         source.close()
     shard = {
-        "path": f, "size": size, "mtime_ns": 0 if is_url(f) else os.stat(f).st_mtime_ns,
-        "version": _version(version) if is_url(f) else "", "records": footer.num_records,
+        "path": f, "size": size, "mtime_ns": 0 if is_remote_url(f) else os.stat(f).st_mtime_ns,
+        "version": _version(version) if is_remote_url(f) else "", "records": footer.num_records,
         "options": footer.writer_options, "at": 0, "chunks": len(footer.starts) - 1,
         "group": uniform_group(footer.first_record),
     }  # fmt: skip
@@ -284,7 +281,7 @@ def index_in_memory(files: Sequence[str], filesystem: Any = None) -> DatasetInde
 
 def _relative(shard: str, index: str) -> str:
     """``shard`` as the index records it: relative to the index's folder when below it."""
-    if is_url(index) or is_url(shard):
+    if is_remote_url(index) or is_remote_url(shard):
         folder = posixpath.dirname(index) + "/"
         return shard[len(folder) :] if shard.startswith(folder) else shard
     folder, absolute = os.path.dirname(os.path.abspath(index)), os.path.abspath(shard)
@@ -293,9 +290,9 @@ def _relative(shard: str, index: str) -> str:
 
 
 def _resolved(shard: str, index: str) -> str:
-    if is_url(shard) or os.path.isabs(shard):
+    if is_remote_url(shard) or os.path.isabs(shard):
         return shard
-    if is_url(index):
+    if is_remote_url(index):
         return posixpath.join(posixpath.dirname(index), shard)
     return os.path.join(os.path.dirname(os.path.abspath(index)), shard)
 

@@ -1,23 +1,24 @@
 """HighwayHash-64 checksums of ArrayRecord chunks: compiled where built, else NumPy.
 
-Three implementations of one algorithm, all chute's own:
+chute's one HighwayHash entry point: every checksum goes through ``hash_ranges`` (or
+``hash_each``), which picks one of two implementations of the algorithm, both chute's
+own:
 
 * ``_highway_hash_c``, an optional C extension (``setup.py`` builds it where a C
   compiler is found): AVX2 where the CPU has it (measured on a 2-core AMD EPYC:
   11 GB/s for one input, 17-21 GB/s for a batch, two inputs at a time), else
   portable C (1-3 GB/s); the GIL is released while it hashes 4 KiB or more;
-* ``_highway_hash_many``, NumPy: many inputs hashed in lock-step, 150-350 MB/s
-  for a batch of 256 chunks, one input about 4 MB/s;
-* ``_highway_hash``, pure Python, one input at about 6 MB/s.
+* ``_highway_hash_many``, NumPy: inputs of one length hashed as the rows of an
+  array, others in lock-step; 150-350 MB/s for a batch of 256 chunks, one input
+  about 3-5 MB/s.
 
-``hash_ranges`` picks the compiled one, else whichever of the other two costs
-less for its inputs.  ``CHUTE_HIGHWAY_HASH=numpy`` in the environment (read at
-import) or ``use_compiled(False)`` forces the fallback; ``implementation()``
-says which runs (``chute --version`` prints it).
+``hash_ranges`` picks the compiled one, else NumPy.  ``CHUTE_HIGHWAY_HASH=numpy`` in
+the environment (read at import) or ``use_compiled(False)`` forces the fallback;
+``implementation()`` says which runs (``chute --version`` prints it).  The tests check
+both against a scalar reference written apart (``tests/sources/highway_hash_reference.py``).
 
->>> from chute._sources._highway_hash import highway_hash64
->>> hash_each([b"", b"chute"]) == [highway_hash64(b""), highway_hash64(b"chute")]
-True
+>>> [hex(h) for h in hash_each([b""])]
+['0x72c3b1e9c0139fe1']
 """
 
 from __future__ import annotations
@@ -28,14 +29,15 @@ from types import ModuleType
 
 import numpy as np
 
-from chute._sources._highway_hash import RIEGELI_KEY, highway_hash64
-from chute._sources._highway_hash_many import highway_hash64_each, highway_hash64_many
+from chute._sources._highway_hash_many import (
+    RIEGELI_KEY,
+    highway_hash64_each,
+    highway_hash64_many,
+)
 
 __all__ = ["ENV", "hash_each", "hash_ranges", "implementation", "use_compiled"]
 
 ENV = "CHUTE_HIGHWAY_HASH"
-_MANY = 4  # inputs of one length from which hashing them as rows beats one by one
-_LOCKSTEP = 2  # lock-step pays when the inputs hold this many times the longest one's packets
 
 Buffers = Sequence[bytes | memoryview]
 
@@ -93,12 +95,11 @@ def hash_each(messages: Buffers) -> list[int]:
 
 
 def _numpy_hashes(messages: Buffers, sizes: list[int]) -> list[int]:
-    """The fallback: rows of one short length together, else in lock-step where it pays,
-    else one by one."""
-    if len(messages) >= _MANY and min(sizes) == max(sizes) and sizes[0] < 64:
+    """The fallback: inputs of one length (one input too) as the rows of an array, others
+    in lock-step."""
+    if not messages:
+        return []
+    if min(sizes) == max(sizes):
         rows = np.frombuffer(b"".join(messages), np.uint8).reshape(len(messages), -1)
         return highway_hash64_many(rows).tolist()
-    packets = [size // 32 for size in sizes]
-    if packets and sum(packets) >= _LOCKSTEP * max(packets) > 0:
-        return highway_hash64_each(messages)
-    return [highway_hash64(m) for m in messages]
+    return highway_hash64_each(messages)

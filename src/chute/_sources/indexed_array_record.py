@@ -27,14 +27,15 @@ from typing import Any
 import numpy as np
 
 from chute._core.errors import Origin, SourceChangedError, mark_origin
+from chute._core.fork import ForkCheck
 from chute._execution.daemon_pool import DaemonPool
+from chute._remote.ranged_object import is_remote_url
 from chute._sources.array_record import ArrayRecordDataSource
 from chute._sources.array_record_footer import Footer
 from chute._sources.array_record_index import (
     SUFFIX,
     IndexedShard,
     index_in_memory,
-    is_url,
     open_ranged,
     read_index,
 )
@@ -56,7 +57,7 @@ _ITER_BLOCK = 1024
 def _unchanged(shard: IndexedShard, source: Any) -> bool:
     """Whether a shard is as the index saw it: size and mtime, or size and ETag in a bucket
     (size alone where the store reported no version when the index was written)."""
-    if is_url(shard.path):
+    if is_remote_url(shard.path):
         now = source.version
         same = not shard.version or (now is not None and str(now) == shard.version)
         return bool(source.size() == shard.size and same)
@@ -96,10 +97,10 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         )
         self._lock = threading.Lock()
         self._chunks = ChunkCache(CACHE_BYTES)  # every shard's decoded chunks, this process's
-        self._pid = os.getpid()
-        self._remote = any(is_url(s.path) for s in self._index.shards)
+        self._made = ForkCheck()  # the open files, the lock and the cache
+        self._remote = any(is_remote_url(s.path) for s in self._index.shards)
         self._threads: DaemonPool | None = None
-        self._threads_pid = -1
+        self._threads_made = ForkCheck()
         self._stop_threads: Any = None  # a weakref.finalize that stops them
         self._closed_retries = 0  # of the shards' sources this process has closed
         self._pins: collections.Counter[int] = collections.Counter()  # reads under way
@@ -116,7 +117,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         """
         if not self._remote:
             return None
-        if self._pid != os.getpid():  # a forked child that has not read yet
+        if self._made.forked():  # a forked child that has not read yet
             return 0
         with self._lock:
             open_now = sum(r._source.retries for r in self._open.values())  # type: ignore[attr-defined]
@@ -136,7 +137,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
     def _shard(self, k: int) -> RangedArrayRecordReader:
         """Shard ``k``'s reader, opened on first use and pinned open until ``_read`` is done
         with it; past ``MAX_OPEN``, the least recently used reader that no read holds closes."""
-        if self._pid != os.getpid():  # a forked child opens its own files (the index's too)
+        if self._made.forked():  # a forked child opens its own files (the index's too)
             self._setup()
         with self._lock:
             reader = self._open.get(k)
@@ -145,7 +146,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                 self._pins[k] += 1
                 return reader
         shard = self._index.shards[k]
-        known = (shard.size, shard.version) if is_url(shard.path) and shard.version else None
+        known = (shard.size, shard.version) if is_remote_url(shard.path) and shard.version else None
         try:
             source = open_ranged(shard.path, known, self._filesystem)
             size = source.size()
@@ -257,9 +258,9 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         """The threads that read shards at once, started on first use in each process;
         ``close()`` stops them, as does collecting the source."""
         with self._lock:
-            if self._threads is None or self._threads_pid != os.getpid():
+            if self._threads is None or self._threads_made.forked():
                 pool = DaemonPool(SHARDS_AT_ONCE, thread_name_prefix="chute-shards")
-                self._threads, self._threads_pid = pool, os.getpid()
+                self._threads, self._threads_made = pool, ForkCheck()
                 self._stop_threads = weakref.finalize(self, pool.shutdown)  # not self's
             return self._threads
 
@@ -328,10 +329,10 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             readers, self._open = list(self._open.values()), collections.OrderedDict()
             self._closed_retries += sum(r._source.retries for r in readers)  # type: ignore[attr-defined]
             pool, self._threads = self._threads, None
-        if pool is not None and self._threads_pid == os.getpid():
+        if pool is not None and not self._threads_made.forked():
             self._stop_threads.detach()
             pool.shutdown(wait=True)  # idle: no read runs while the source closes
-        if self._pid == os.getpid():
+        if not self._made.forked():
             for reader in readers:
                 reader._source.close()  # type: ignore[attr-defined]
             self._chunks.clear()
@@ -347,7 +348,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
 def _url_for(path: str, filesystem: Any) -> str:
     """``path`` itself; with a ``filesystem``, only if it is a URL (the filesystem holds the
     credentials, the URL still names the object)."""
-    if filesystem is not None and not is_url(path):
+    if filesystem is not None and not is_remote_url(path):
         raise ValueError(
             f"{_WHAT}: with filesystem=, name the objects by URL (s3://bucket/key, "
             f"gs://bucket/key, ...), not {path!r}; the filesystem supplies the credentials "

@@ -28,6 +28,7 @@ import numpy as np
 
 from chute._core.errors import Origin, mark_origin
 from chute._core.fingerprint import files_identity
+from chute._core.fork import ForkCheck
 from chute._core.validate import check_int
 from chute._sources import parquet_io
 from chute._sources.protocol import as_index, check_indices, out_of_range
@@ -106,7 +107,7 @@ class ParquetDataSource:
 
     def _reset(self) -> None:
         """Fresh per-process state: no open files, an empty cache, a new lock."""
-        self._pid = os.getpid()
+        self._made = ForkCheck()
         self._lock = threading.Lock()
         self._local = threading.local()  # each thread's open files
         self._cache: collections.OrderedDict[int, tuple[list[str], list[np.ndarray], int]] = (
@@ -150,7 +151,7 @@ class ParquetDataSource:
 
     def _group(self, group: int) -> tuple[list[str], list[np.ndarray]]:
         """The converted columns of a row group, from the cache or read now."""
-        if self._pid != os.getpid():  # a forked child: the parent's lock means nothing
+        if self._made.forked():  # a forked child: the parent's lock means nothing
             self._reset()
         with self._lock:
             hit = self._cache.get(group)
@@ -201,7 +202,7 @@ class ParquetDataSource:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_pid", "_lock", "_local", "_cache", "_cached_bytes"):
+        for key in ("_made", "_lock", "_local", "_cache", "_cached_bytes"):
             del state[key]
         return state
 

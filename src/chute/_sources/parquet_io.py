@@ -47,7 +47,7 @@ import numpy as np
 
 from chute._core.errors import SourceChangedError
 from chute._remote.backends import is_obstore
-from chute._remote.ranged_object import is_remote_url
+from chute._remote.ranged_object import is_remote_url, url_scheme
 from chute._remote.retry import RetryBudgetExceeded
 from chute._sources import parquet_checks
 
@@ -109,7 +109,7 @@ def _resolve(path: str, kwargs: dict[str, Any], owner: str) -> tuple[Any, dict[s
     if is_obstore(filesystem):
         rest = {k: v for k, v in kwargs.items() if k != "filesystem"}
         return _remote_file(path, filesystem), rest
-    if filesystem is not None or "://" not in path:
+    if filesystem is not None or not url_scheme(path):  # a plain path
         return path, kwargs
     if is_remote_url(path):
         return _remote_file(path, None), kwargs

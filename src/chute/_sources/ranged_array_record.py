@@ -42,7 +42,7 @@ Its last column hashed chunk data in pure Python (compiled now, see Checks),
 and opening took 0.5 s (uncompressed) and 0.2 s (zstd) for the 200,000-chunk
 files, mostly the footer's data hash, in pure Python too.  The table was
 measured when each header was hashed alone in Python, about half the cost per
-chunk; a batch's headers are now hashed in one vectorised call (``_highway_hash_many``), which with
+chunk; a batch's headers are now hashed in one vectorised call (``checksums``), which with
 index entries read in one call per batch made shuffled reads of a set opened
 from its index 1.7x faster for 1 KiB records and 2.4x for 64 KiB (one A/B run on
 a busy machine).  Over a network, the one concurrent ``read_ranges`` per batch
@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 
 from chute._core.validate import check_int
+from chute._remote.ranged_object import merge_ranges
 from chute._remote.ranged_source import RangedByteSource
 from chute._sources.array_record_footer import Footer, parse_footer, parse_postscript
 from chute._sources.array_record_format import (
@@ -271,18 +272,14 @@ class RangedArrayRecordReader:
     def _plan(self, missing: list[int]) -> list[tuple[int, int, list[tuple[int, int, int]]]]:
         """Ranges ``(begin, end, chunks)`` covering the chunks, neighbours merged; each
         chunk as ``(chunk, begin, end)`` in the file."""
-        plan: list[tuple[int, int, list[tuple[int, int, int]]]] = []
         if not missing:
-            return plan
-        for c, begin, end in zip(missing, *self._footer.spans(missing)):
-            if plan:
-                b0, e0, group = plan[-1]
-                if begin - e0 <= self._gap and end - b0 <= self._max_range:
-                    group.append((c, begin, end))
-                    plan[-1] = (b0, end, group)
-                    continue
-            plan.append((begin, end, [(c, begin, end)]))
-        return plan
+            return []
+        begins, ends = self._footer.spans(missing)
+        merged = merge_ranges(list(zip(begins, ends)), self._gap, self._max_range)
+        return [
+            (begin, end, [(missing[m], begins[m], ends[m]) for m in members])
+            for begin, end, members in merged
+        ]
 
     def release_cache(self) -> None:
         """The reader is done for now: its current chunk may leave a shared cache."""

@@ -21,8 +21,8 @@ ranged GET each, retried with backoff on transient failures.
 
 **Errors.**  A damaged file raises ``ValueError`` naming the file and the byte
 offset of the bad record; the iterator stays there, so it never skips data.  A
-local file that changes while it is read raises ``ValueError`` ("changed since
-it was opened"); an object that is replaced raises ``SourceChangedError``; a
+file or object that changes while it is read raises ``SourceChangedError`` ("changed
+since it was opened"; for a local file a ``FileChangedError``, also a ``ValueError``); a
 missing object raises ``FileNotFoundError`` naming its URL when the iterator
 reaches it.  Checkpoints are positions (file index, byte offset), so one taken
 on local files restores on the same files in a bucket.
@@ -33,10 +33,16 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from chute._core.dataset import DatasetIterator, IterDataset
-from chute._core.errors import CheckpointError, Origin, SourceChangedError, mark_origin
+from chute._core.errors import (
+    CheckpointError,
+    FileChangedError,
+    Origin,
+    SourceChangedError,
+    mark_origin,
+)
 from chute._core.fingerprint import files_identity
 from chute._core.validate import check_int
 from chute._remote.open import open_source
@@ -52,6 +58,7 @@ _FOOTER = struct.Struct("<I")  # masked CRC of the data
 _FRAME = _HEADER.size + _FOOTER.size
 _CHUNK_BYTES = 1 << 20  # read from a local file at once
 _REMOTE_CHUNK_BYTES = 8 << 20  # one ranged GET of an object in a bucket
+E = TypeVar("E", bound=ValueError)
 
 
 def _check_paths(path: Any, what: str) -> tuple[str, ...]:
@@ -122,6 +129,8 @@ class _FileReader:
             if self._local and self._source.version != self._version:
                 raise self._changed()
             return self._source.read_ranges([(self.offset, length)])[0]
+        except FileChangedError:
+            raise
         except SourceChangedError as exc:
             if self._local:
                 raise self._changed() from exc
@@ -134,25 +143,27 @@ class _FileReader:
     def close(self) -> None:
         self._source.close()
 
-    def _changed(self) -> ValueError:
+    def _changed(self) -> FileChangedError:
         now = _size_now(self.path)
         how = f"{self._size} bytes then, {now} now" if now != self._size else "written to since"
         return self._error(
+            FileChangedError,
             f"TFRecord file {self.path!r} changed since it was opened ({how}), so the record "
             f"at byte offset {self.offset} cannot be read as it was. If it was replaced on "
-            "purpose, iterate it again."
+            "purpose, iterate it again.",
         )
 
     def _corrupt(self, problem: str) -> ValueError:
         return self._error(
+            ValueError,
             f"corrupt TFRecord file {self.path!r}: {problem} in the record at byte offset "
             f"{self.offset}. The file is damaged or is not a TFRecord file (compressed "
-            "TFRecord files are not supported)."
+            "TFRecord files are not supported).",
         )
 
-    def _error(self, message: str) -> ValueError:
-        """A ValueError that names this file and the offset being read, for notes and programs."""
-        error = ValueError(message)
+    def _error(self, kind: type[E], message: str) -> E:
+        """An error that names this file and the offset being read, for notes and programs."""
+        error = kind(message)
         mark_origin(error, Origin(file=self.path, offset=self.offset))
         return error
 
@@ -192,7 +203,8 @@ def read_tfrecord(
     Raises:
         FileNotFoundError: The file does not exist.
         ValueError: The file is damaged; the message names the file and byte offset.
-        SourceChangedError: An object in a bucket was replaced while it was read.
+        SourceChangedError: The file or object changed while it was read (a local
+            file's is a ``FileChangedError``, also a ``ValueError``).
     """
     what = "read_tfrecord"
     paths = _check_files(_check_paths(path, what), what, filesystem)
@@ -249,7 +261,8 @@ class TFRecordIterDataset(IterDataset[bytes]):
         FileNotFoundError: A local file does not exist (checked by ``iter()``, as in
             Grain); an object in a bucket does not exist (when the iterator reaches it).
         ValueError: When read: a damaged record, named by file and byte offset.
-        SourceChangedError: When read: an object in a bucket was replaced.
+        SourceChangedError: When read: a file or object changed (a local file's is a
+            ``FileChangedError``, also a ``ValueError``).
 
     >>> import os, tempfile
     >>> path = os.path.join(tempfile.mkdtemp(), "data.tfrecord")

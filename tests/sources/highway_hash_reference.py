@@ -1,15 +1,14 @@
-"""HighwayHash-64, the checksum of Riegeli block headers, chunk headers and chunk data.
+"""HighwayHash-64 in pure Python, one input at a time: the tests' reference.
 
-Pure Python, written from the algorithm's description: four 64-bit lanes in
+chute hashes through ``chute._sources.checksums`` (compiled, else NumPy); this scalar
+version, written apart from both from the algorithm's description, is what the tests
+check them against.  The algorithm: four 64-bit lanes in
 each of ``v0``, ``v1``, ``mul0`` and ``mul1``; each 32-byte packet is added
 into ``v1`` and mixed by 32x32->64-bit multiplications and a byte "zipper
 merge"; a last partial packet is padded in a fixed pattern; four permuting
 rounds finish.  Riegeli keys it with ``'Riegeli/records\\n'`` twice.
 
-It runs at about 5 us per 32 bytes (6 MB/s): the reference that the compiled
-(``_highway_hash_c``) and NumPy (``_highway_hash_many``) versions are tested
-against, and what ``checksums.hash_each`` uses for a few short inputs when the
-compiled one is not built.
+It runs at about 5 us per 32 bytes (6 MB/s).
 
 >>> hex(highway_hash64(b""))
 '0x72c3b1e9c0139fe1'
