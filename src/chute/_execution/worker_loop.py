@@ -3,7 +3,9 @@
 One message goes back per credit: ``ITEM`` (an element), ``ERROR`` (the
 element's exception, reported by ``worker_errors``), or ``END``, each with
 the iterator's state right after it; ``READY`` with the state after a start
-or a restore; ``FAILED`` when the worker cannot start.  Messages starting
+or a restore; ``REFUSED`` when a restore failed (the error, and the state the
+worker is in now: the parent moves it back); ``FAILED`` when the worker cannot
+start.  Messages starting
 with ``b"R"`` are ``RingWriter`` messages (large arrays in shared memory),
 ``b"P"`` plain pickles.
 
@@ -31,9 +33,20 @@ from chute._core import nesting, tree
 from chute._execution import processes, tuning, worker_errors, worker_seeds
 from chute._execution.transport import RING_MIN_BYTES, RingWriter
 
-__all__ = ["END", "ERROR", "FAILED", "ITEM", "READY", "WorkerStopped", "plain", "worker_main"]
+__all__ = [
+    "END",
+    "ERROR",
+    "FAILED",
+    "ITEM",
+    "READY",
+    "REFUSED",
+    "WorkerStopped",
+    "plain",
+    "worker_main",
+]
 
 ITEM, ERROR, END, READY, FAILED = "item", "error", "end", "ready", "failed"
+REFUSED = "refused"
 
 
 class WorkerStopped(SystemExit):
@@ -201,7 +214,11 @@ def _serve(it: Any, credits: Any, send: Any) -> None:
         if _stop_asked:  # the stop signal was swallowed by a finalizer it interrupted
             raise WorkerStopped(0)
         if command != b"1":  # a new state to start from
-            it.set_state(pickle.loads(command))
+            try:
+                it.set_state(pickle.loads(command))
+            except Exception as exc:  # the parent raises it and moves this worker back
+                send((REFUSED, worker_errors.report(exc), it.get_state()))
+                continue
             send((READY, None, it.get_state()))
             continue
         try:

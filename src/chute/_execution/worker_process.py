@@ -37,7 +37,7 @@ from chute._execution import (
     worker_seeds,
 )
 from chute._execution.transport import RingReader
-from chute._execution.worker_loop import END, ERROR, FAILED, READY, worker_main
+from chute._execution.worker_loop import END, ERROR, FAILED, READY, REFUSED, worker_main
 
 logger = logging.getLogger("chute")
 
@@ -289,15 +289,29 @@ class WorkerIterator(DatasetIterator[Any]):
             return
         if self._state_now is None:
             self.get_state()  # the worker's first READY
+        before, ended = self._state_now, self._ended
         try:
-            self._credits.send_bytes(pickle.dumps(state, protocol=5))
-            while (message := self._receive_one())[0] != READY:
-                pass  # elements the worker made ahead from the old position
-            self._state_now, self._ended = message[2], False
+            refused = self._move_to(state)
+            if refused is not None:  # the worker's pipeline refused it: back to where it was
+                if self._move_to(before) is not None:
+                    raise self._died()  # cannot happen: the worker made ``before`` itself
+                self._ended = ended
             for _ in range(self._credit_count):
                 self._credits.send_bytes(b"1")
         except OSError as exc:  # the worker died between the check above and now
             raise self._died() from exc
+        if refused is not None:
+            raise worker_errors.rebuild(refused, self._index, self._count)
+
+    def _move_to(self, state: dict[str, Any]) -> worker_errors.Report | None:
+        """Sends the worker to ``state``, dropping what it made ahead; the worker's error
+        where its pipeline refused the state (it then stays where it was, elements ahead
+        dropped: the caller moves it back)."""
+        self._credits.send_bytes(pickle.dumps(state, protocol=5))
+        while (message := self._receive_one())[0] not in (READY, REFUSED):
+            pass  # elements the worker made ahead from the old position
+        self._state_now, self._ended = message[2], False
+        return message[1] if message[0] == REFUSED else None
 
     @property
     def buffer_size(self) -> int:
