@@ -44,7 +44,7 @@ from chute._core.errors import (
     SourceChangedError,
     WorkerDiedError,
 )
-from chute._core.options import MultiprocessingOptions, ReadOptions
+from chute._core.options import MultiprocessingOptions, RayExecutor, ReadOptions
 from chute._core.sharding import NoSharding, ShardByJaxProcess, ShardOptions
 from chute._core.transforms import Batch
 from chute._core.transforms import Filter as FilterTransform
@@ -98,6 +98,7 @@ __all__ = [
     "RandomMapOperation",
     "RandomMapTransform",
     "RangeDataSource",
+    "RayExecutor",
     "ReadOptions",
     "Record",
     "RecordMetadata",

@@ -16,7 +16,7 @@ from chute._core.node import Node
 from chute._core.registry import stages as _s
 
 if TYPE_CHECKING:
-    from chute._core.options import MultiprocessingOptions
+    from chute._core.options import MultiprocessingOptions, RayExecutor
     from chute._core.transforms import Filter, Map, MapWithIndex, RandomMap
 
 T = TypeVar("T")
@@ -180,6 +180,8 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         options: MultiprocessingOptions | None = None,
         worker_init_fn: Callable[[int, int], None] | None = None,
         sequential_slice: bool = False,
+        *,
+        executor: RayExecutor | None = None,
     ) -> IterDataset[T]:
         """Runs this pipeline in worker processes, in Grain's order.
 
@@ -198,20 +200,24 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
             sequential_slice: Give each worker one contiguous block of the
                 source instead of every ``W``-th index (a shuffle above still
                 applies within it): better locality for files read in order.
+            executor: chute's addition: where the workers run. None: local
+                processes; a ``chute.RayExecutor``: actors on a Ray cluster, with
+                the same elements, order and checkpoints as local workers.
 
         Returns:
             An IterDataset whose elements come from the workers.
 
         Raises:
-            TypeError: ``options`` is not a ``MultiprocessingOptions`` or
-                ``worker_init_fn`` is not callable.
+            TypeError: ``options`` is not a ``MultiprocessingOptions``,
+                ``worker_init_fn`` is not callable or ``executor`` is not a
+                ``RayExecutor``.
 
         >>> from chute import MultiprocessingOptions
         >>> ds = MapDataset.range(6).to_iter_dataset().batch(2)
         >>> [b.tolist() for b in ds.mp_prefetch(MultiprocessingOptions(num_workers=2))]
         [[0, 2], [1, 3], [4], [5]]
         """
-        return _s.mp_prefetch(self, options, worker_init_fn, sequential_slice)
+        return _s.mp_prefetch(self, options, worker_init_fn, sequential_slice, executor=executor)
 
     def prefetch(self, options: MultiprocessingOptions) -> IterDataset[T]:
         """Deprecated name of ``mp_prefetch``: warns, then runs it.

@@ -1,4 +1,5 @@
-"""Execution options: ``ReadOptions`` (threads reading a MapDataset)."""
+"""Execution options: ``ReadOptions`` (threads reading a MapDataset), ``MultiprocessingOptions``
+and ``RayExecutor`` (where workers run)."""
 
 from __future__ import annotations
 
@@ -156,3 +157,77 @@ def _check_num_workers(value: object) -> None:
     if value < 0:
         raise ValueError(f"MultiprocessingOptions: num_workers must be >= 0 or 'auto' "
                          f"(got {value}).")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class RayExecutor:
+    """chute's addition: run a pipeline's workers as actors on a Ray cluster.
+
+    Pass it as ``executor=`` to ``mp_prefetch`` or ``DataLoader``; nothing else
+    changes.  Worker ``i`` of ``N`` computes the share a local worker ``i``
+    computes, with the same seeds, and the consumer reads the workers in the
+    same turns, so the elements, their order and the checkpoints are those of
+    ``N`` local workers (a checkpoint crosses between the two, and to another
+    worker count where a local one would).  Elements travel through Ray's object
+    store; NumPy arrays are read without a copy on the consumer's node.
+
+    Args:
+        address: The cluster to connect to (``"ray://host:10001"``, ``"auto"``,
+            ``"host:6379"``); ``None`` uses the cluster this program already
+            connected to with ``ray.init()``, else the one ``RAY_ADDRESS``
+            names, else starts a local one (as ``ray.init()`` does), which chute
+            shuts down when the program ends.  A cluster chute connected to is
+            left running.
+        resources_per_worker: What each worker actor reserves: ``"CPU"``,
+            ``"GPU"``, ``"memory"`` (bytes) and custom resources, as in Ray's
+            actor options.
+        restart_workers: An actor that dies (its process killed, its node
+            removed) is started again, on any node, from the last element it
+            delivered, so the epoch goes on with every element once and in
+            order; the chute logger names the worker and its node.  On by
+            default: on a cluster, nodes come and go.  Three deaths of one
+            worker without an element in between raise ``WorkerDiedError``.
+
+    Sources must be readable on every node: paths on a shared filesystem, or
+    object-store URLs (``s3://``, ``gs://``, ``https://``), the way that works
+    anywhere.  Every node needs chute and the pipeline's imports installed.
+
+    Raises:
+        TypeError, ValueError: An option has the wrong type or value.
+    """
+
+    address: str | None = None
+    resources_per_worker: dict[str, float] = dataclasses.field(default_factory=lambda: {"CPU": 1.0})
+    restart_workers: bool = True
+
+    def __post_init__(self) -> None:
+        if self.address is not None and not isinstance(self.address, str):
+            raise TypeError(f"RayExecutor: address must be a str or None (got {self.address!r}).")
+        resources = self.resources_per_worker
+        if not isinstance(resources, dict) or not all(
+            isinstance(k, str)
+            and isinstance(v, (int, float))
+            and not isinstance(v, bool)
+            and v >= 0
+            for k, v in resources.items()
+        ):
+            raise TypeError(
+                "RayExecutor: resources_per_worker must be a dict of resource names to "
+                f'amounts >= 0, e.g. {{"CPU": 1}} (got {resources!r}).'
+            )
+        if not isinstance(self.restart_workers, bool):
+            raise TypeError(
+                f"RayExecutor: restart_workers must be a bool (got {self.restart_workers!r})."
+            )
+
+    def actor_options(self) -> dict[str, object]:
+        """The resources as Ray's ``.options()`` takes them."""
+        resources = dict(self.resources_per_worker)
+        options: dict[str, object] = {"num_cpus": resources.pop("CPU", 1.0)}
+        if "GPU" in resources:
+            options["num_gpus"] = resources.pop("GPU")
+        if "memory" in resources:
+            options["memory"] = resources.pop("memory")
+        if resources:
+            options["resources"] = resources
+        return options

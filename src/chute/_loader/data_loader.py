@@ -28,13 +28,13 @@ import numpy as np
 from chute._core.config import config
 from chute._core.errors import CheckpointError, closed_error
 from chute._core.nesting import inner_iterators
-from chute._core.options import ReadOptions
+from chute._core.options import RayExecutor, ReadOptions
 from chute._core.sharding import NoSharding, ShardOptions
 from chute._core.transforms import TRANSFORM_TYPES, Batch, FlatMap, Map, MapWithIndex, RandomMap
 from chute._core.validate import check_int
 from chute._execution import processes, worker_seeds
 from chute._execution.round_robin import RoundRobinIterator
-from chute._execution.worker_process import WorkerIterator
+from chute._execution.launch import check_executor, worker
 from chute._loader.grain_state import is_grain_loader_state, loader_from_grain
 from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._loader.pipeline import worker_dataset
@@ -93,6 +93,9 @@ class DataLoader:
         sharding either here or in the sampler, not both.
       read_options: how each worker reads its source (threads, prefetch).
       enable_profiling: accepted for compatibility; chute logs nothing extra.
+      executor: chute's addition: where the workers run. None: local
+        processes; a ``chute.RayExecutor``: actors on a Ray cluster, with the
+        same elements, order and checkpoints as local workers.
 
     ``len(loader)`` is the number of elements (batches, after a ``Batch``) one
     pass yields, when the sampler is finite and no operation drops or splits
@@ -119,6 +122,7 @@ class DataLoader:
         shard_options: ShardOptions | None = None,
         read_options: ReadOptions | None = None,
         enable_profiling: bool = False,
+        executor: RayExecutor | None = None,
     ) -> None:
         self._source = SourceMapDataset(data_source)
         self._data_source, self._sampler = data_source, sampler
@@ -153,7 +157,8 @@ class DataLoader:
         self._check_sampler()
         self._enable_profiling = bool(enable_profiling)
         self._epochs = -1  # iterators made so far, less one: each seeds its workers anew
-        if self._worker_count:
+        self._executor = check_executor(executor, "DataLoader")
+        if self._worker_count and self._executor is None:
             processes.prepare()  # a fork server, if one is needed, loads while the program goes on
 
     def _check_sharding(self, shard_options: Any) -> tuple[int, int]:
@@ -329,7 +334,8 @@ class DataLoaderIterator:
             datasets = [instrument.marked(ds) for ds in datasets]
         if loader._worker_count:
             iterators: list[Any] = [
-                WorkerIterator(
+                worker(
+                    loader._executor,
                     ds,
                     index=w,
                     count=workers,
@@ -490,6 +496,7 @@ def load(
     drop_remainder: bool = False,
     worker_count: int | None = 0,
     read_options: ReadOptions | None = None,
+    executor: RayExecutor | None = None,
 ) -> DataLoader:
     """A DataLoader over ``source`` with an ``IndexSampler`` built from the arguments.
 
@@ -506,6 +513,7 @@ def load(
         drop_remainder: Drop the last, short batch.
         worker_count: Worker processes (0 reads inline).
         read_options: How each worker reads its source.
+        executor: Where the workers run (see ``DataLoader``).
 
     >>> [b.tolist() for b in load(list(range(5)), num_epochs=1, batch_size=2)]
     [[0, 1], [2, 3], [4]]
@@ -526,4 +534,5 @@ def load(
         operations=operations,
         worker_count=worker_count,
         read_options=read_options,
+        executor=executor,
     )

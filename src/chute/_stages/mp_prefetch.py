@@ -22,14 +22,14 @@ from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError
-from chute._core.options import MultiprocessingOptions
+from chute._core.options import MultiprocessingOptions, RayExecutor
 from chute._core.registry import untimed_type
 from chute._core.seeding import derive_seed
 from chute._core.validate import check_callable
-from chute._execution import performance, processes, worker_seeds
+from chute._execution import performance, processes, ray_cluster, worker_seeds
 from chute._execution.buffer_sizing import BufferSizer
+from chute._execution.launch import check_executor, worker
 from chute._execution.round_robin import RoundRobinIterator
-from chute._execution.worker_process import WorkerIterator
 from chute._stages.batch import leaves_stacked_by
 from chute._stages.map import MapIterDataset, RandomMapIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
@@ -66,6 +66,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         options: MultiprocessingOptions,
         worker_init_fn: Callable[[int, int], None] | None = None,
         sequential_slice: bool = False,
+        executor: RayExecutor | None = None,
     ) -> None:
         super().__init__(parent)
         if not isinstance(options, MultiprocessingOptions):
@@ -76,6 +77,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         if worker_init_fn is not None:
             check_callable(worker_init_fn, "mp_prefetch(): worker_init_fn")
         self._options, self._init_fn = options, worker_init_fn
+        self._executor = check_executor(executor, "mp_prefetch()")
         self._iterators_made = 0  # each new iterator is a new epoch of workers
         self._sequential = bool(sequential_slice)
         self._auto = options.num_workers == "auto"
@@ -83,7 +85,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         checked = 1 if self._workers_picked is None else self._workers_picked
         for worker in range(checked):  # fails now, not in a worker, if it cannot slice
             share(parent, worker, checked, self._sequential)
-        if checked:
+        if checked and self._executor is None:
             processes.prepare()  # a fork server, if one is needed, loads while the program goes on
 
     def __iter__(self) -> DatasetIterator[Any]:
@@ -91,6 +93,8 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
 
     def _worker_count(self) -> int:
         """The number of workers: given, or measured once when "auto"."""
+        if self._workers_picked is None and self._executor is not None:
+            self._workers_picked = ray_cluster.workers_that_fit(self._executor)
         if self._workers_picked is None:
             self._workers_picked = performance.auto_worker_count(
                 self._parent, self._options.ram_budget_mb, self._options.per_worker_buffer_size
@@ -111,11 +115,14 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         self._iterators_made += 1
         return worker_seeds.base_seed(derive_seed(self), epoch)
 
-    def _workers(self, stream: Stream | None, states: list[Any], base: int) -> list[WorkerIterator]:
-        """One worker per state in ``states``."""
+    def _workers(
+        self, stream: Stream | None, states: list[Any], base: int
+    ) -> list[DatasetIterator[Any]]:
+        """One worker per state in ``states``, where the executor says."""
         count = len(states)
         return [
-            WorkerIterator(
+            worker(
+                self._executor,
                 self._share(w, count, stream),
                 index=w,
                 count=count,
@@ -162,7 +169,8 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         return len(node._parent)
 
     def _describe(self) -> str:
-        return f"{self._parent!r}, {self._options}"
+        where = "" if self._executor is None else f", {self._executor}"
+        return f"{self._parent!r}, {self._options}{where}"
 
 
 def mp_prefetch(
@@ -170,16 +178,19 @@ def mp_prefetch(
     options: MultiprocessingOptions | None = None,
     worker_init_fn: Callable[[int, int], None] | None = None,
     sequential_slice: bool = False,
+    *,
+    executor: RayExecutor | None = None,
 ) -> IterDataset[Any]:
-    """``ds`` in worker processes; with no workers, ``ds`` itself.
+    """``ds`` in worker processes (or Ray actors); with no workers, ``ds`` itself.
 
     See ``MultiprocessPrefetchIterDataset`` for how workers seed the global
     random generators before ``worker_init_fn(worker_index, worker_count)`` runs.
     """
     options = options if options is not None else MultiprocessingOptions()
+    check_executor(executor, "mp_prefetch()")
     if isinstance(options, MultiprocessingOptions) and options.num_workers == 0:
         return ds  # (``"auto"`` always starts workers: at least one)
-    return MultiprocessPrefetchIterDataset(ds, options, worker_init_fn, sequential_slice)
+    return MultiprocessPrefetchIterDataset(ds, options, worker_init_fn, sequential_slice, executor)
 
 
 def prefetch(ds: IterDataset[Any], options: MultiprocessingOptions) -> IterDataset[Any]:

@@ -1,0 +1,310 @@
+"""``RayWorkerIterator``: ``WorkerIterator``'s twin whose worker is a Ray actor.
+
+The same contract as a local worker (see ``worker_process``): the parent's
+``get_state()`` is the state right after the last element it delivered, an
+exception in the pipeline arrives as its own type with the worker's
+traceback and the next call goes on, a restore moves the live worker.  What
+differs is the transport: elements come back as the results of the actor's
+``take`` calls (``ray_worker``), through Ray's object store, and the calls in
+flight are the credits: at most ``buffer_size + 1`` calls, each of a bounded
+size, so a slow consumer never fills the store.
+
+An actor that dies (its process killed, its node gone) raises Ray's
+``RayActorError``; with ``restart`` the worker starts again, on whichever
+node Ray picks, from the last element delivered: the messages received but
+not yet delivered are dropped and made again, identically.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+import weakref
+from typing import Any
+
+from chute._core.errors import WorkerDiedError, add_note, closed_error
+from chute._core.iterator import DatasetIterator
+from chute._core.options import RayExecutor
+from chute._execution import processes, ray_cluster, shutdown, unpicklable, worker_errors
+from chute._execution.worker_loop import END, ERROR, FAILED, REFUSED
+
+logger = logging.getLogger("chute")
+
+__all__ = ["RayWorkerIterator"]
+
+_MAX_RESTARTS = 3  # deaths of one worker without an element delivered in between
+_MOST_PER_CALL = 256  # elements one call may carry (its time and bytes bound it first)
+_WAIT_SLICE_S = 5.0  # how long one wait for a result lasts before the actor is checked
+
+_actor_classes: dict[int, Any] = {}
+
+
+def _actor_class(ray: Any) -> Any:
+    """``RayWorker`` as a Ray actor class (made once per ``ray`` module)."""
+    cls = _actor_classes.get(id(ray))
+    if cls is None:
+        from chute._execution.ray_worker import RayWorker
+
+        cls = _actor_classes[id(ray)] = ray.remote(max_restarts=0, max_task_retries=0)(RayWorker)
+    return cls
+
+
+def _kill(ray: Any, actor: Any) -> None:
+    """Stops ``actor`` now; nothing if Ray is already shut down (its actors went with it)."""
+    try:
+        if ray.is_initialized():
+            ray.kill(actor, no_restart=True)
+    except Exception:  # gone already, or the cluster is: nothing left to stop
+        pass
+
+
+class RayWorkerIterator(DatasetIterator[Any]):
+    """Iterates ``dataset`` in a Ray actor (worker ``index`` of ``count``; see the module)."""
+
+    _stage = "ray"
+    _stats: dict[str, Any] | None = None  # the figures the worker last sent, when it tracks
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        executor: RayExecutor,
+        index: int,
+        count: int,
+        seed: int,
+        buffer_size: int = 1,
+        worker_init_fn: Any = None,
+        state: dict[str, Any] | None = None,
+        restart: bool = True,
+    ) -> None:
+        super().__init__()
+        self._ray = ray_cluster.connect(executor.address)
+        self._executor, self._index, self._count = executor, index, count
+        self._seed, self._restart, self._restarts = seed, restart, 0
+        self._calls = max(1, buffer_size) + 1  # like a local worker's credits
+        self._job = self._pickled(dataset, worker_init_fn)
+        self._dataset, self._init_fn = dataset, worker_init_fn
+        self.node = "?"  # where the actor runs, once it said so
+        self.moving_s = 0.0  # time spent waiting for and reading results (the statistics)
+        self._launch(state)
+
+    def _pickled(self, dataset: Any, init_fn: Any) -> bytes:
+        try:
+            return processes.dumps((dataset, init_fn))
+        except Exception as exc:
+            what = unpicklable.culprit(dataset, init_fn)
+            add_note(
+                exc,
+                f"chute: Ray worker {self._index}'s pipeline must be pickled to reach its "
+                "actor; "
+                + (f"{what}, which cannot be pickled. " if what else "")
+                + "Create such objects (locks, open files, connections) inside the function "
+                "that uses them, e.g. lazily on first call, or in worker_init_fn.",
+            )
+            raise
+
+    def _launch(self, state: dict[str, Any] | None) -> None:
+        from chute._execution import worker_seeds
+
+        ray = self._ray
+        self._launched_with = state
+        seed = worker_seeds.resumed_seed(self._seed, state)
+        options = self._executor.actor_options()
+        name = f"chute-worker-{self._index}-of-{self._count}"
+        self._actor = (
+            _actor_class(ray)
+            .options(name=None, **options)
+            .remote(self._job, self._index, self._count, seed)
+        )
+        self._finalizer = weakref.finalize(self, _kill, ray, self._actor)
+        shutdown.on_terminate(self._finalizer)
+        shutdown.install()
+        self._actor_name = name
+        self._started = self._actor.start.remote(state)
+        self._state_now: dict[str, Any] | None = None
+        self._ended = False
+        self._received: collections.deque[tuple[str, Any, Any]] = collections.deque()
+        self._in_flight: collections.deque[Any] = collections.deque(
+            self._actor.take.remote(_MOST_PER_CALL) for _ in range(self._calls)
+        )
+
+    # -- receiving ------------------------------------------------------------------
+
+    def _get(self, ref: Any) -> Any:
+        """The result of ``ref``; ``WorkerDiedError`` if the actor died."""
+        ray = self._ray
+        start = time.perf_counter()
+        try:
+            while True:
+                done, _ = ray.wait([ref], timeout=_WAIT_SLICE_S, fetch_local=True)
+                if done:
+                    return ray.get(ref)
+                if not ray.is_initialized():
+                    raise self._died("the connection to the Ray cluster was closed")
+        except ray.exceptions.RayActorError as exc:
+            raise self._died(f"{type(exc).__name__}: {_first_line(exc)}") from None
+        except ray.exceptions.ActorUnavailableError as exc:
+            raise self._died(f"unreachable: {_first_line(exc)}") from None
+        finally:
+            self.moving_s += time.perf_counter() - start
+
+    def _wait_started(self) -> None:
+        """The actor's first message: where it runs and the state it starts at."""
+        if self._started is None:
+            return
+        kind, report, state, node = self._get(self._started)
+        self._started, self.node = None, node
+        if kind == FAILED:
+            raise self._failed(report)
+        self._state_now = state
+
+    def _failed(self, report: worker_errors.Report) -> WorkerDiedError:
+        exc = worker_errors.rebuild(report, self._index, self._count)
+        error = WorkerDiedError(
+            f"chute Ray worker {self._index} of {self._count} on {self.node} could not start: "
+            f"{type(exc).__name__}: {exc}. Everything the pipeline uses must be picklable, "
+            "importable and readable on every node of the cluster (see the notes)."
+        )
+        for note in getattr(exc, "__notes__", []):
+            add_note(error, note)
+        error.worker_exception = exc  # type: ignore[attr-defined]
+        return error
+
+    def _died(self, why: str) -> WorkerDiedError:
+        return WorkerDiedError(
+            f"chute Ray worker {self._index} of {self._count} on {self.node} died ({why}). "
+            "Restore the last state to go on."
+        )
+
+    def _next_message(self) -> tuple[str, Any, Any]:
+        if not self._received:
+            messages, stats = self._get(self._in_flight.popleft())
+            if stats is not None:
+                self._stats = stats
+            if messages[-1][0] != END:  # an ended worker gets no more calls
+                self._in_flight.append(self._actor.take.remote(_MOST_PER_CALL))
+            self._received.extend(messages)
+        return self._received.popleft()
+
+    # -- the iterator ---------------------------------------------------------------
+
+    def __next__(self) -> Any:
+        if self._closed:
+            raise closed_error("RayWorkerIterator")
+        if self._ended:
+            raise StopIteration
+        try:
+            self._wait_started()
+            kind, value, state = self._next_message()
+        except WorkerDiedError as exc:
+            if not self._restart or self._restarts >= _MAX_RESTARTS:
+                raise
+            self._relaunch(exc)
+            return next(self)
+        self._state_now, self._restarts = state, 0
+        if kind == END:
+            self._ended = True
+            raise StopIteration
+        if kind == ERROR:
+            raise worker_errors.rebuild(value, self._index, self._count)
+        return value
+
+    def _relaunch(self, exc: WorkerDiedError) -> None:
+        """Starts the dead worker again, where Ray places it, from the last element delivered."""
+        self._restarts += 1
+        logger.warning(
+            "chute: Ray worker %d of %d on %s died (%s); restarting it from the last element "
+            "it delivered (restart %d of at most %d in a row).",
+            self._index,
+            self._count,
+            self.node,
+            str(exc).split(" died (", 1)[-1].split("). Restore", 1)[0],
+            self._restarts,
+            _MAX_RESTARTS,
+        )
+        resume_at = self._state_now if self._state_now is not None else self._launched_with
+        self._finalizer()
+        self._launch(resume_at)
+
+    def get_state(self) -> dict[str, Any]:
+        if self._state_now is None:
+            self._wait_started()
+        assert self._state_now is not None
+        return self._state_now
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Moves the worker to ``state``; a live worker is reused, not restarted."""
+        if self._closed:
+            raise closed_error("RayWorkerIterator")
+        try:
+            self._wait_started()
+            before, ended = self._state_now, self._ended
+            refused = self._move_to(state)
+            if refused is not None:  # the pipeline refused it: back where it was
+                self._move_to(before)
+                self._ended = ended
+        except WorkerDiedError:
+            self._finalizer()
+            self._launch(state)
+            return
+        if refused is not None:
+            raise worker_errors.rebuild(refused, self._index, self._count)
+
+    def _move_to(self, state: Any) -> worker_errors.Report | None:
+        """Sends the worker to ``state``, dropping what it made ahead; its error if refused."""
+        for ref in self._in_flight:
+            try:
+                self._ray.cancel(ref)  # queued calls are dropped; a running one finishes
+            except Exception:  # done already, or not cancellable: its result is dropped
+                pass
+        self._received.clear()
+        kind, report, now = self._get(self._actor.move_to.remote(state))
+        self._state_now, self._ended = now, False
+        self._in_flight = collections.deque(
+            self._actor.take.remote(_MOST_PER_CALL) for _ in range(self._calls)
+        )
+        return report if kind == REFUSED else None
+
+    @property
+    def buffer_size(self) -> int:
+        """Calls that may wait with their elements made, beyond the one in the making."""
+        return self._calls - 1
+
+    def ready(self) -> bool:
+        """Whether an element has arrived (never waits)."""
+        if self._closed or self._ended or self._received:
+            return True
+        if self._started is not None or not self._in_flight:
+            return False
+        done, _ = self._ray.wait([self._in_flight[0]], timeout=0, fetch_local=False)
+        return bool(done)
+
+    def grant(self, extra: int) -> None:
+        """Lets the worker make ``extra`` more calls' worth ahead, from now on."""
+        self._calls += extra
+        if not self._ended:
+            for _ in range(extra):
+                self._in_flight.append(self._actor.take.remote(_MOST_PER_CALL))
+
+    def begin_stop(self) -> None:
+        """Stops the actor now (``close`` does too); it makes nothing more."""
+        if not self._closed:
+            self._finalizer()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._finalizer()
+            self._received.clear()
+            self._in_flight.clear()
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return (
+            f"RayWorkerIterator(worker {self._index} of {self._count}, node={self.node}, "
+            f"dataset={self._dataset!r})"
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
