@@ -303,7 +303,7 @@ class WorkerIterator(DatasetIterator[Any]):
         if refused is not None:
             raise worker_errors.rebuild(refused, self._index, self._count)
 
-    def _move_to(self, state: dict[str, Any]) -> worker_errors.Report | None:
+    def _move_to(self, state: Any) -> worker_errors.Report | None:
         """Sends the worker to ``state``, dropping what it made ahead; the worker's error
         where its pipeline refused the state (it then stays where it was, elements ahead
         dropped: the caller moves it back)."""

@@ -32,9 +32,8 @@ from chute._core.options import RayExecutor, ReadOptions
 from chute._core.sharding import NoSharding, ShardOptions
 from chute._core.transforms import TRANSFORM_TYPES, Batch, FlatMap, Map, MapWithIndex, RandomMap
 from chute._core.validate import check_int
-from chute._execution import processes, worker_seeds
+from chute._execution import launch, processes, worker_seeds
 from chute._execution.round_robin import RoundRobinIterator
-from chute._execution.launch import check_executor, worker
 from chute._loader.grain_state import is_grain_loader_state, loader_from_grain
 from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._loader.pipeline import worker_dataset
@@ -157,7 +156,7 @@ class DataLoader:
         self._check_sampler()
         self._enable_profiling = bool(enable_profiling)
         self._epochs = -1  # iterators made so far, less one: each seeds its workers anew
-        self._executor = check_executor(executor, "DataLoader")
+        self._executor = launch.check_executor(executor, "DataLoader")
         if self._worker_count and self._executor is None:
             processes.prepare()  # a fork server, if one is needed, loads while the program goes on
 
@@ -334,7 +333,7 @@ class DataLoaderIterator:
             datasets = [instrument.marked(ds) for ds in datasets]
         if loader._worker_count:
             iterators: list[Any] = [
-                worker(
+                launch.worker(
                     loader._executor,
                     ds,
                     index=w,

@@ -26,9 +26,8 @@ from chute._core.options import MultiprocessingOptions, RayExecutor
 from chute._core.registry import untimed_type
 from chute._core.seeding import derive_seed
 from chute._core.validate import check_callable
-from chute._execution import performance, processes, ray_cluster, worker_seeds
+from chute._execution import launch, performance, processes, ray_cluster, worker_seeds
 from chute._execution.buffer_sizing import BufferSizer
-from chute._execution.launch import check_executor, worker
 from chute._execution.round_robin import RoundRobinIterator
 from chute._stages.batch import leaves_stacked_by
 from chute._stages.map import MapIterDataset, RandomMapIterDataset
@@ -77,7 +76,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         if worker_init_fn is not None:
             check_callable(worker_init_fn, "mp_prefetch(): worker_init_fn")
         self._options, self._init_fn = options, worker_init_fn
-        self._executor = check_executor(executor, "mp_prefetch()")
+        self._executor = launch.check_executor(executor, "mp_prefetch()")
         self._iterators_made = 0  # each new iterator is a new epoch of workers
         self._sequential = bool(sequential_slice)
         self._auto = options.num_workers == "auto"
@@ -121,7 +120,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         """One worker per state in ``states``, where the executor says."""
         count = len(states)
         return [
-            worker(
+            launch.worker(
                 self._executor,
                 self._share(w, count, stream),
                 index=w,
@@ -187,7 +186,7 @@ def mp_prefetch(
     random generators before ``worker_init_fn(worker_index, worker_count)`` runs.
     """
     options = options if options is not None else MultiprocessingOptions()
-    check_executor(executor, "mp_prefetch()")
+    launch.check_executor(executor, "mp_prefetch()")
     if isinstance(options, MultiprocessingOptions) and options.num_workers == 0:
         return ds  # (``"auto"`` always starts workers: at least one)
     return MultiprocessPrefetchIterDataset(ds, options, worker_init_fn, sequential_slice, executor)
