@@ -34,10 +34,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that fork worker processes from this one run first, while no other test has
     left this process unsafe to fork (array_record's reader starts native threads that a
     forked child crashes in; servers and clients leave threads running). The remote tests
-    run late, and the accelerator tests last: they start JAX's runtime in this process."""
+    run late, then the Ray tests (Ray's client threads stay), and the accelerator tests
+    last: they start JAX's runtime in this process."""
 
     def rank(item: pytest.Item) -> int:
         if item.nodeid.startswith("tests/accel/"):
+            return 4
+        if item.nodeid.startswith("tests/ray/"):
             return 3
         if item.nodeid.startswith("tests/remote/"):
             return 2

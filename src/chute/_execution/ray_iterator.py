@@ -82,6 +82,9 @@ class RayWorkerIterator(DatasetIterator[Any]):
         self._ray = ray_cluster.connect(executor.address)
         self._executor, self._index, self._count = executor, index, count
         self._seed, self._restart, self._restarts = seed, restart, 0
+        # Elements to take one per call, after a death: a call that dies loses all it made,
+        # and a pipeline that dies at element k must still deliver those before it.
+        self._careful = 0
         self._calls = max(1, buffer_size) + 1  # like a local worker's credits
         self._job = self._pickled(dataset, worker_init_fn)
         self._dataset, self._init_fn = dataset, worker_init_fn
@@ -126,8 +129,12 @@ class RayWorkerIterator(DatasetIterator[Any]):
         self._ended = False
         self._received: collections.deque[tuple[str, Any, Any]] = collections.deque()
         self._in_flight: collections.deque[Any] = collections.deque(
-            self._actor.take.remote(_MOST_PER_CALL) for _ in range(self._calls)
+            self._take() for _ in range(self._calls)
         )
+
+    def _take(self) -> Any:
+        """One more ``take`` call: one element each while the worker is ``_careful``."""
+        return self._actor.take.remote(1 if self._careful > 0 else _MOST_PER_CALL)
 
     # -- receiving ------------------------------------------------------------------
 
@@ -183,7 +190,7 @@ class RayWorkerIterator(DatasetIterator[Any]):
             if stats is not None:
                 self._stats = stats
             if messages[-1][0] != END:  # an ended worker gets no more calls
-                self._in_flight.append(self._actor.take.remote(_MOST_PER_CALL))
+                self._in_flight.append(self._take())
             self._received.extend(messages)
         return self._received.popleft()
 
@@ -203,6 +210,7 @@ class RayWorkerIterator(DatasetIterator[Any]):
             self._relaunch(exc)
             return next(self)
         self._state_now, self._restarts = state, 0
+        self._careful -= 1
         if kind == END:
             self._ended = True
             raise StopIteration
@@ -213,6 +221,9 @@ class RayWorkerIterator(DatasetIterator[Any]):
     def _relaunch(self, exc: WorkerDiedError) -> None:
         """Starts the dead worker again, where Ray places it, from the last element delivered."""
         self._restarts += 1
+        self._careful = self._calls * _MOST_PER_CALL  # what the dead calls may have held
+        if self.node == "?":
+            self.node = _node_of_actor(self._ray, self._actor)
         logger.warning(
             "chute: Ray worker %d of %d on %s died (%s); restarting it from the last element "
             "it delivered (restart %d of at most %d in a row).",
@@ -253,17 +264,13 @@ class RayWorkerIterator(DatasetIterator[Any]):
 
     def _move_to(self, state: Any) -> worker_errors.Report | None:
         """Sends the worker to ``state``, dropping what it made ahead; its error if refused."""
-        for ref in self._in_flight:
-            try:
-                self._ray.cancel(ref)  # queued calls are dropped; a running one finishes
-            except Exception:  # done already, or not cancellable: its result is dropped
-                pass
+        # The calls in flight run first (an actor runs its calls in order) and their elements
+        # are dropped; they are not cancelled, since Ray interrupts a running call, which
+        # would leave the pipeline half way through an element.
         self._received.clear()
         kind, report, now = self._get(self._actor.move_to.remote(state))
         self._state_now, self._ended = now, False
-        self._in_flight = collections.deque(
-            self._actor.take.remote(_MOST_PER_CALL) for _ in range(self._calls)
-        )
+        self._in_flight = collections.deque(self._take() for _ in range(self._calls))
         return report if kind == REFUSED else None
 
     @property
@@ -285,7 +292,7 @@ class RayWorkerIterator(DatasetIterator[Any]):
         self._calls += extra
         if not self._ended:
             for _ in range(extra):
-                self._in_flight.append(self._actor.take.remote(_MOST_PER_CALL))
+                self._in_flight.append(self._take())
 
     def begin_stop(self) -> None:
         """Stops the actor now (``close`` does too); it makes nothing more."""
@@ -304,6 +311,15 @@ class RayWorkerIterator(DatasetIterator[Any]):
             f"RayWorkerIterator(worker {self._index} of {self._count}, node={self.node}, "
             f"dataset={self._dataset!r})"
         )
+
+
+def _node_of_actor(ray: Any, actor: Any) -> str:
+    """The node an actor ran on, from Ray's state API (for an actor that died before it said)."""
+    try:  # the actor table in Ray's control store (the state API needs the dashboard)
+        info = ray._private.state.actors(actor._actor_id.hex())
+        return f"node {info['Address']['NodeID'][:8]}"
+    except Exception:  # not there in this version of Ray: the node stays unnamed
+        return "?"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -150,6 +150,14 @@ class Collector:
         workers = getattr(iterator, "_parents", ())
         return [w._stats for w in workers if getattr(w, "_stats", None) is not None]
 
+    def ray_workers(self) -> list[tuple[str, float]]:
+        """The node and the seconds spent moving elements of each Ray worker (none local)."""
+        out = []
+        for ref in self._pool_iterators.values():
+            iterator = ref()
+            out += _ray_workers(getattr(iterator, "_parents", ()) if iterator is not None else ())
+        return out
+
     def worker_count(self) -> int:
         """Worker processes of the pools in this pipeline, as they run now."""
         count = 0
@@ -206,6 +214,14 @@ class LoaderCollector:
 
     def worker_count(self) -> int:
         return sum(getattr(w, "_stats", None) is not None for w in self._workers())
+
+    def ray_workers(self) -> list[tuple[str, float]]:
+        return _ray_workers(self._workers())
+
+
+def _ray_workers(workers: Sequence[Any]) -> list[tuple[str, float]]:
+    """(node, seconds moving elements) of the workers that are Ray actors."""
+    return [(w.node, w.moving_s) for w in workers if hasattr(w, "moving_s")]
 
 
 def _renumbered(node: StageNode, index: int, parents: tuple[int, ...]) -> StageNode:

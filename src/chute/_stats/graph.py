@@ -54,7 +54,8 @@ def _batch(ds: Any) -> str:
 
 def _workers(ds: Any) -> str:
     count = getattr(getattr(ds, "_options", None), "num_workers", "?")
-    return f"mp_prefetch({count} workers)"
+    ray = " Ray" if getattr(ds, "_executor", None) is not None else ""
+    return f"mp_prefetch({count}{ray} workers)"
 
 
 #: Labels for stages whose dataset keeps no ``_label`` of its own.

@@ -7,6 +7,7 @@ pipeline order, and prints as a table with the verdict below it.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 from typing import Any
@@ -83,6 +84,9 @@ class ExecutionSummary:
       workers: worker processes (0: the pipeline runs in this process).
       cpu_count: CPU cores this process may use.
       verdict: the figures in plain language, with what to change.
+      ray_nodes: the node of each Ray worker (``RayExecutor``), in worker order.
+      moving_seconds: the time this process spent waiting for and reading the
+        Ray workers' elements from Ray's object store, over all workers.
     """
 
     stages: tuple[StageStats, ...]
@@ -92,6 +96,8 @@ class ExecutionSummary:
     workers: int
     cpu_count: int
     verdict: str
+    ray_nodes: tuple[str, ...] = ()
+    moving_seconds: float = 0.0
 
     @property
     def wait_ratio(self) -> float:
@@ -177,6 +183,13 @@ def build(collector: Any) -> ExecutionSummary:
         cpu_count=usable_cores(),
         verdict="",
     )
+    ray = getattr(collector, "ray_workers", list)()
+    if ray:
+        summary = dataclasses.replace(
+            summary,
+            ray_nodes=tuple(node for node, _ in ray),
+            moving_seconds=sum(seconds for _, seconds in ray),
+        )
     return dataclasses.replace(summary, verdict=verdict(summary))
 
 
@@ -258,4 +271,12 @@ def table(summary: ExecutionSummary) -> str:
         f"{summary.wait_ratio:.0%} of that ({summary.wait_seconds:.3g} s); "
         f"{summary.workers} worker process(es), {summary.cpu_count} usable core(s)."
     )
+    if summary.ray_nodes:
+        nodes = collections.Counter(summary.ray_nodes)
+        lines.append(
+            "Ray workers on "
+            + ", ".join(f"{node} ({n})" for node, n in sorted(nodes.items()))
+            + f"; {summary.moving_seconds:.3g} s of the loop's wait went into taking "
+            "their elements from Ray's object store."
+        )
     return "\n".join(lines)

@@ -1,0 +1,299 @@
+"""RayExecutor on a local Ray cluster: local workers' elements, order and checkpoints."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute as grain
+from chute import MultiprocessingOptions, RayExecutor, WorkerDiedError
+
+pytestmark = pytest.mark.usefixtures("local_ray")
+
+
+def _chute_actors_alive() -> list[Any]:
+    import ray
+
+    actors = ray._private.state.actors().values()  # the control store's actor table
+    return [a for a in actors if a["ActorClassName"] == "RayWorker" and a["State"] == "ALIVE"]
+
+
+def _times_ten(x: int) -> int:
+    return x * 10
+
+
+def _even(x: int) -> bool:
+    return x % 2 == 0
+
+
+def _image(x: int) -> dict[str, Any]:
+    return {"pixels": np.full((16, 16, 3), x % 256, np.uint8), "label": x}
+
+
+def _noisy(x: int, rng: np.random.Generator) -> float:
+    return x + float(rng.random())
+
+
+def _pipelines() -> dict[str, grain.IterDataset]:
+    source = grain.MapDataset.range(60).seed(5).shuffle().to_iter_dataset()
+    return {
+        "map": source.map(_times_ten),
+        "filter_batch": source.filter(_even).batch(4),
+        "arrays": source.map(_image).batch(5),
+        "random_map": source.random_map(_noisy),
+    }
+
+
+def _both(ds: grain.IterDataset, workers: int = 2, **kw: Any) -> tuple[Any, Any]:
+    options = MultiprocessingOptions(num_workers=workers, **kw)
+    return ds.mp_prefetch(options), ds.mp_prefetch(options, executor=RayExecutor())
+
+
+def _same(a: Any, b: Any) -> None:
+    np.testing.assert_equal(a, b)
+
+
+@pytest.mark.parametrize("name", sorted(_pipelines()))
+def test_ray_workers_yield_what_local_workers_yield_in_order(name: str) -> None:
+    local, on_ray = _both(_pipelines()[name])
+    _same(list(on_ray), list(local))
+
+
+def test_packing_after_the_ray_workers_matches_local_workers() -> None:
+    def lengths(x: int) -> dict[str, np.ndarray]:
+        return {"tokens": np.arange(1 + x % 7, dtype=np.int32)}
+
+    ds = grain.MapDataset.range(40).to_iter_dataset().map(lengths)
+    local, on_ray = _both(ds)
+    pack = functools.partial(grain.experimental.FirstFitPackIterDataset, num_packing_bins=3,
+                             length_struct={"tokens": 12})  # fmt: skip
+    _same(list(pack(on_ray)), list(pack(local)))
+
+
+def test_a_checkpoint_at_every_position_restores_across_ray_and_local_workers() -> None:
+    ds = _pipelines()["filter_batch"]
+    local, on_ray = _both(ds)
+    expected = list(local)
+    with iter(on_ray) as ray_it, iter(local) as local_it:
+        states = []
+        for _ in range(len(expected) + 1):
+            states.append(ray_it.get_state())
+            next(ray_it, None)
+        for k, state in enumerate(states):
+            local_it.set_state(state)  # Ray's state into local workers
+            _same(list(local_it), expected[k:])
+            ray_it.set_state(state)  # and into the live actors, moved in place
+            _same(list(ray_it), expected[k:])
+        local_it.set_state(states[0])
+        for _ in range(3):
+            next(local_it)
+        ray_it.set_state(local_it.get_state())  # a local state into the actors
+        _same(list(ray_it), expected[3:])
+
+
+def test_a_ray_checkpoint_restores_into_another_worker_count() -> None:
+    ds = _pipelines()["map"]
+    expected = list(ds)
+    with iter(ds.mp_prefetch(MultiprocessingOptions(2), executor=RayExecutor())) as it:
+        head = [next(it) for _ in range(7)]
+        state = it.get_state()
+    three = ds.mp_prefetch(MultiprocessingOptions(3))
+    with iter(three) as it:
+        it.set_state(state)
+        assert head + list(it) == expected
+    one_on_ray = ds.mp_prefetch(MultiprocessingOptions(1), executor=RayExecutor())
+    with iter(one_on_ray) as it:
+        it.set_state(state)
+        assert head + list(it) == expected
+
+
+def test_the_data_loader_on_ray_matches_local_workers_and_its_checkpoints_cross() -> None:
+    def loader(executor: RayExecutor | None) -> grain.DataLoader:
+        return grain.DataLoader(
+            data_source=grain.RangeDataSource(0, 50, 1),
+            sampler=grain.IndexSampler(50, grain.NoSharding(), shuffle=True, num_epochs=1, seed=3),
+            operations=[grain.transforms.Map(_times_ten), grain.transforms.Batch(4)],
+            worker_count=2,
+            executor=executor,
+        )
+
+    expected = [b.tolist() for b in loader(None)]
+    it = iter(loader(RayExecutor()))
+    head = [next(it).tolist() for _ in range(5)]
+    state = it.get_state()
+    assert head + [b.tolist() for b in it] == expected
+    local = iter(loader(None))
+    local.set_state(state)
+    assert head + [b.tolist() for b in local] == expected
+    it.close()
+
+
+def _fails_on(bad: int, x: int) -> int:
+    if x == bad:
+        raise ValueError(f"element {x} is bad")
+    return x
+
+
+def test_an_error_in_the_users_code_arrives_as_itself_and_next_goes_on() -> None:
+    ds = grain.MapDataset.range(10).to_iter_dataset().map(functools.partial(_fails_on, 4))
+    with iter(ds.mp_prefetch(MultiprocessingOptions(2), executor=RayExecutor())) as it:
+        got = [next(it) for _ in range(4)]
+        with pytest.raises(ValueError, match="element 4 is bad") as raised:
+            next(it)
+        got += list(it)
+    assert got == [0, 1, 2, 3, 5, 6, 7, 8, 9]
+    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    assert "worker" in notes and "_fails_on" in notes
+
+
+def _killed_once_at(marker: str, victim: int, x: int) -> int:
+    if x == victim and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def test_a_killed_actor_restarts_and_the_epoch_keeps_every_element_once_in_order(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fn = functools.partial(_killed_once_at, str(tmp_path / "killed"), 13)
+    ds = grain.MapDataset.range(30).to_iter_dataset().map(fn)
+    with caplog.at_level(logging.WARNING, logger="chute"):
+        got = list(ds.mp_prefetch(MultiprocessingOptions(2), executor=RayExecutor()))
+    assert got == list(range(30))
+    (message,) = [r.getMessage() for r in caplog.records if "died" in r.getMessage()]
+    assert "Ray worker 1 of 2 on " in message and "restarting it" in message
+
+
+def test_ray_kill_of_an_actor_mid_epoch_loses_nothing() -> None:
+    import ray
+
+    ds = grain.MapDataset.range(40).to_iter_dataset().map(_times_ten)
+    with iter(ds.mp_prefetch(MultiprocessingOptions(2), executor=RayExecutor())) as it:
+        got = [next(it) for _ in range(9)]
+        ray.kill(it._parents[0]._actor)  # type: ignore[attr-defined]
+        got += list(it)
+    assert got == [x * 10 for x in range(40)]
+
+
+def _always_killed(x: int) -> int:
+    if x == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+def test_deaths_without_progress_raise_worker_died_naming_the_node() -> None:
+    ds = grain.MapDataset.range(10).to_iter_dataset().map(_always_killed)
+    with iter(ds.mp_prefetch(MultiprocessingOptions(1), executor=RayExecutor())) as it:
+        assert [next(it) for _ in range(3)] == [0, 1, 2]
+        with pytest.raises(WorkerDiedError, match=r"Ray worker 0 of 1 on .+ died"):
+            next(it)
+
+
+def test_without_restarts_a_killed_actor_raises_worker_died(tmp_path: Path) -> None:
+    fn = functools.partial(_killed_once_at, str(tmp_path / "killed"), 2)
+    ds = grain.MapDataset.range(10).to_iter_dataset().map(fn)
+    executor = RayExecutor(restart_workers=False)
+    got: list[int] = []
+    with iter(ds.mp_prefetch(MultiprocessingOptions(1), executor=executor)) as it:
+        with pytest.raises(WorkerDiedError, match="Restore the last state"):
+            got.extend(it)  # what the dead call made is lost, and made again below
+        state = it.get_state()
+    with iter(ds.mp_prefetch(MultiprocessingOptions(1), executor=executor)) as it:
+        it.set_state(state)
+        assert got + list(it) == list(range(10))
+
+
+class _Unpicklable:
+    def __reduce__(self) -> Any:
+        raise TypeError("cannot pickle a connection")
+
+
+def test_a_pipeline_that_cannot_reach_its_actor_says_what_cannot_be_pickled() -> None:
+    lock = _Unpicklable()
+    ds = grain.MapDataset.range(4).to_iter_dataset().map(lambda x: (x, lock))
+    with pytest.raises(TypeError, match="cannot pickle") as raised:
+        iter(ds.mp_prefetch(MultiprocessingOptions(1), executor=RayExecutor()))
+    assert "Ray worker 0" in "\n".join(raised.value.__notes__)
+
+
+def _fails_to_start(index: int, count: int) -> None:
+    raise RuntimeError(f"no GPU on worker {index}")
+
+
+def test_a_worker_that_cannot_start_raises_worker_died_with_its_error() -> None:
+    ds = grain.MapDataset.range(4).to_iter_dataset()
+    prefetched = ds.mp_prefetch(
+        MultiprocessingOptions(1, restart_workers=False),
+        worker_init_fn=_fails_to_start,
+        executor=RayExecutor(restart_workers=False),
+    )
+    with pytest.raises(WorkerDiedError, match="could not start: RuntimeError: no GPU on worker 0"):
+        list(prefetched)
+
+
+def test_close_and_garbage_collection_leave_no_actor_running() -> None:
+    ds = grain.MapDataset.range(100).to_iter_dataset().map(_times_ten)
+    prefetched = ds.mp_prefetch(MultiprocessingOptions(2), executor=RayExecutor())
+    it = iter(prefetched)
+    next(it)
+    assert len(_chute_actors_alive()) == 2
+    it.close()
+    assert _chute_actors_alive() == []
+    it = iter(prefetched)
+    next(it)
+    del it
+    gc.collect()
+    assert _chute_actors_alive() == []
+
+
+def test_a_restore_the_actor_refuses_raises_and_leaves_the_position_alone() -> None:
+    ds = grain.MapDataset.range(20).to_iter_dataset().map(_times_ten)
+    with iter(ds.mp_prefetch(MultiprocessingOptions(2), executor=RayExecutor())) as it:
+        assert [next(it) for _ in range(5)] == [0, 10, 20, 30, 40]
+        bad = it.get_state()
+        bad = {**bad, "workers": [bad["workers"][0], {**bad["workers"][1], "stage": "filter"}]}
+        with pytest.raises(grain.CheckpointError, match="filter"):
+            it.set_state(bad)
+        assert list(it) == [x * 10 for x in range(5, 20)]
+
+
+def test_execution_summary_shows_the_ray_workers_stages() -> None:
+    ds = grain.MapDataset.range(30).to_iter_dataset().map(_times_ten)
+    before = grain.config.py_debug_mode
+    grain.config.update("py_debug_mode", True)
+    try:
+        it = iter(ds.mp_prefetch(MultiprocessingOptions(2), executor=RayExecutor()))
+        list(it)
+        summary = grain.experimental.execution_summary(it)
+    finally:
+        grain.config.update("py_debug_mode", before)
+    it.close()
+    print(summary)
+    assert "map" in str(summary) and "ray" in str(summary).lower()
+
+
+def test_bad_executors_are_refused_clearly() -> None:
+    ds = grain.MapDataset.range(4).to_iter_dataset()
+    with pytest.raises(TypeError, match="executor must be None .* or a chute.RayExecutor"):
+        ds.mp_prefetch(MultiprocessingOptions(1), executor="ray")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="resources_per_worker"):
+        RayExecutor(resources_per_worker={"CPU": -1})
+    with pytest.raises(TypeError, match="address"):
+        RayExecutor(address=6379)  # type: ignore[arg-type]
+
+
+def test_auto_worker_count_on_ray_fits_the_clusters_cpus() -> None:
+    ds = grain.MapDataset.range(10).to_iter_dataset()
+    prefetched = ds.mp_prefetch(MultiprocessingOptions("auto"), executor=RayExecutor())
+    with iter(prefetched) as it:
+        assert list(it) == list(range(10))
+        assert len(it.get_state()["workers"]) == 2  # the local cluster has two CPUs
