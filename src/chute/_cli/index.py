@@ -15,7 +15,7 @@ import re
 from chute._cli.bucket import is_bucket_url, resolve_url
 from chute._cli.decode import human_size
 from chute._cli.errors import CliError
-from chute._remote.ranged_object import is_remote_url
+from chute._remote.urls import is_remote_url
 from chute._sources.array_record_format import ArrayRecordFormatError
 from chute._sources.array_record_index import SUFFIX, write_index
 from chute._sources.array_record_paths import expand

@@ -35,8 +35,8 @@ import numpy as np
 from chute._core.errors import FileChangedError, Origin, mark_origin
 from chute._core.fingerprint import files_identity
 from chute._core.fork import ForkCheck
-from chute._remote.ranged_object import is_remote_url
 from chute._remote.ranged_source import LocalRanges
+from chute._remote.urls import is_remote_url
 from chute._sources.array_record_native import native_class, native_module
 from chute._sources.array_record_paths import expand
 from chute._sources.protocol import as_index, check_indices, out_of_range

@@ -29,7 +29,7 @@ import numpy as np
 from chute._core.errors import Origin, SourceChangedError, mark_origin
 from chute._core.fork import ForkCheck
 from chute._execution.daemon_pool import DaemonPool
-from chute._remote.ranged_object import is_remote_url
+from chute._remote.urls import is_remote_url
 from chute._sources.array_record import ArrayRecordDataSource
 from chute._sources.array_record_footer import Footer
 from chute._sources.array_record_index import (

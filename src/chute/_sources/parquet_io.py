@@ -47,8 +47,8 @@ import numpy as np
 
 from chute._core.errors import SourceChangedError
 from chute._remote.backends import is_obstore
-from chute._remote.ranged_object import is_remote_url, url_scheme
 from chute._remote.retry import RetryBudgetExceeded
+from chute._remote.urls import is_remote_url, url_scheme
 from chute._sources import parquet_checks
 
 
