@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import threading
 
-from chute._sources.array_record_footer import Footer
+from chute._sources.array_record.footer import Footer
 
 __all__ = ["KeptOffsets"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import threading
 
-from chute._sources.ranged_array_record import RangedArrayRecordReader
+from chute._sources.array_record.ranged import RangedArrayRecordReader
 
 __all__ = ["OpenShards"]
 

@@ -29,22 +29,22 @@ from chute._core.errors import Origin, SourceChangedError, mark_origin
 from chute._core.fork import ForkCheck
 from chute._execution.daemon_pool import DaemonPool
 from chute._remote.urls import is_remote_url
-from chute._sources.array_record import ArrayRecordDataSource
-from chute._sources.array_record_footer import Footer
-from chute._sources.array_record_index import (
+from chute._sources.array_record.chunk_cache import ChunkCache
+from chute._sources.array_record.footer import Footer
+from chute._sources.array_record.index import (
     SUFFIX,
     IndexedShard,
     index_in_memory,
     open_ranged,
     read_index,
 )
-from chute._sources.array_record_paths import bucket_files, url_for
-from chute._sources.chunk_cache import ChunkCache
-from chute._sources.kept_offsets import KeptOffsets
-from chute._sources.open_shards import OpenShards
+from chute._sources.array_record.kept_offsets import KeptOffsets
+from chute._sources.array_record.open_shards import OpenShards
+from chute._sources.array_record.paths import bucket_files, url_for
+from chute._sources.array_record.ranged import RangedArrayRecordReader
+from chute._sources.array_record.read_together import read_together
+from chute._sources.array_record.source import ArrayRecordDataSource
 from chute._sources.protocol import as_index, check_indices, out_of_range
-from chute._sources.ranged_array_record import RangedArrayRecordReader
-from chute._sources.read_together import read_together
 
 __all__ = ["IndexedArrayRecordDataSource"]
 

@@ -19,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from chute._remote.ranged_source import LocalRanges
-from chute._sources.array_record_native import native_class, native_module
-from chute._sources.array_record_paths import expand
-from chute._sources.ranged_array_record import RangedArrayRecordReader
+from chute._sources.array_record.native import native_class, native_module
+from chute._sources.array_record.paths import expand
+from chute._sources.array_record.ranged import RangedArrayRecordReader
 
 __all__ = ["file_identity", "how_changed", "open_reader", "options_string", "resolve"]
 

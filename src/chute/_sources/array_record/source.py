@@ -6,7 +6,7 @@ the ``.array_record`` suffix that ``write_array_record`` adds), a slice of a
 file (``path[10:20]``, as in Grain), an object with ``filename``, ``skip``
 and ``take`` (TFDS's ``FileInstruction``), a bare shard prefix (the
 OUTPUT_PREFIX of ``chute convert``), or a list of any of these
-(``chute._sources.array_record_paths`` has the rules).  Record ``i`` of the
+(``chute._sources.array_record.paths`` has the rules).  Record ``i`` of the
 dataset is found in the files in the order given.
 
 Reads go through array_record's ranged read, ``reader.read(k, k + 1)``, once
@@ -33,7 +33,7 @@ from chute._core.errors import FileChangedError, Origin, mark_origin
 from chute._core.fingerprint import files_identity
 from chute._core.fork import ForkCheck
 from chute._remote.urls import is_remote_url
-from chute._sources.array_record_files import (
+from chute._sources.array_record.files import (
     file_identity,
     how_changed,
     open_reader,
@@ -99,7 +99,7 @@ class ArrayRecordDataSource:
             source's ``retries``, what the store gives up on.
 
     >>> import tempfile, os
-    >>> from chute._sources.array_record_writer import write_array_record
+    >>> from chute._sources.array_record.writer import write_array_record
     >>> prefix = os.path.join(tempfile.mkdtemp(), "abc")
     >>> files = write_array_record([b"a", b"b", b"c"], prefix, num_shards=2)
     >>> with ArrayRecordDataSource(prefix + "@2") as source:
@@ -110,7 +110,7 @@ class ArrayRecordDataSource:
     def __new__(cls, paths: Any = None, *args: Any, **kwargs: Any) -> ArrayRecordDataSource:
         routed = _is_index(paths) or _in_bucket(paths) or kwargs.get("filesystem") is not None
         if cls is ArrayRecordDataSource and routed:
-            from chute._sources.indexed_array_record import IndexedArrayRecordDataSource
+            from chute._sources.array_record.indexed import IndexedArrayRecordDataSource
 
             return super().__new__(IndexedArrayRecordDataSource)
         return super().__new__(cls)
