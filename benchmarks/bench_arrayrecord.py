@@ -57,8 +57,9 @@ try:
     import chute
 except ImportError:
     sys.exit("bench_arrayrecord: chute is not installed; use bash benchmarks/run")
-from chute._sources import checksums, indexed_array_record
-from chute._sources.array_record_index import write_index
+from chute._sources import checksums
+from chute._sources.array_record import indexed as indexed_array_record
+from chute._sources.array_record.index import write_index
 from chute.experimental import write_array_record
 from chute.sources import ArrayRecordDataSource
 

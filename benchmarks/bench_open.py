@@ -109,7 +109,7 @@ def generate_index() -> None:
     index = os.path.join(DATA, "train.chute-index")
     if os.path.exists(index):
         return
-    from chute._sources.array_record_index import write_index
+    from chute._sources.array_record.index import write_index
 
     began = time.perf_counter()
     write_index(sorted(glob.glob(os.path.join(DATA, "train-*.array_record"))), index)

@@ -63,7 +63,7 @@ try:
     from obstore.store import HTTPStore, S3Store
 
     import chute
-    from chute._sources.array_record_index import write_index
+    from chute._sources.array_record.index import write_index
     from chute.experimental import write_array_record
     from remote_peers import (
         GetLimit,

@@ -5,7 +5,7 @@ Both read the same records in the same shuffled order as chute's pipeline, from 
 ranges the shards' footers give (``group_size:1``: one chunk a record):
 
 * ``HandLoop``: one ranged GET per record, one after another, each chunk decoded with
-  ``array_record_format.decode_chunk``: boto3 against the S3 server, ``http.client``
+  ``array_record.format.decode_chunk``: boto3 against the S3 server, ``http.client``
   (one kept-alive connection) against the HTTP range server.
 * ``GetLimit``: a batch's ranged GETs issued through obstore's async API (64 or 256 at
   once, whichever is faster), bytes received and dropped, nothing decoded: about what the
@@ -30,8 +30,8 @@ import numpy as np
 
 import chute
 import common
-from chute._sources.array_record_format import decode_chunk
-from chute._sources.array_record_index import index_in_memory
+from chute._sources.array_record.format import decode_chunk
+from chute._sources.array_record.index import index_in_memory
 
 
 def as_records(batch: Any) -> list[bytes]:

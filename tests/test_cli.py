@@ -24,8 +24,8 @@ pq = pytest.importorskip("pyarrow.parquet")
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("array_record")
 
-from chute._sources.array_record import ArrayRecordDataSource  # noqa: E402
-from chute._sources.array_record_writer import write_array_record  # noqa: E402
+from chute._sources.array_record.source import ArrayRecordDataSource  # noqa: E402
+from chute._sources.array_record.writer import write_array_record  # noqa: E402
 from chute._sources.tfrecord import write_tfrecord  # noqa: E402
 
 ROWS = [{"id": i, "name": f"row {i}", "score": i / 4} for i in range(7)]

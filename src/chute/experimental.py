@@ -21,8 +21,8 @@ from chute._core.transforms import MapWithIndex as MapWithIndexTransform
 from chute._core.transforms import apply_transformations
 from chute._execution.performance import PerformanceConfig, pick_performance_config
 from chute._loader.pack_and_batch import PackAndBatchOperation
-from chute._sources.array_record_writer import write_array_record
-from chute._sources.parquet_iter import ParquetIterDataset
+from chute._sources.array_record.writer import write_array_record
+from chute._sources.parquet.iter import ParquetIterDataset
 from chute._sources.tfrecord import TFRecordIterDataset
 from chute._stages.batch import batch_and_pad
 from chute._stages.cache import CacheIterDataset

@@ -6,8 +6,8 @@ Any object with ``__len__`` and ``__getitem__`` is a source (see
 ``InMemoryDataSource``.
 """
 
-from chute._sources.array_record import ArrayRecordDataSource
-from chute._sources.parquet import ParquetDataSource
+from chute._sources.array_record.source import ArrayRecordDataSource
+from chute._sources.parquet.source import ParquetDataSource
 from chute._sources.protocol import RandomAccessDataSource
 from chute._sources.range import RangeDataSource
 from chute._sources.shared_memory import SharedMemoryDataSource

@@ -14,7 +14,7 @@ import pytest
 
 import chute
 from chute._sources import checksums
-from chute._sources.array_record_writer import write_array_record
+from chute._sources.array_record.writer import write_array_record
 from chute.cli import main
 
 pytest.importorskip("array_record")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chute._sources.array_record import ArrayRecordDataSource
+from chute._sources.array_record.source import ArrayRecordDataSource
 from chute.cli import main
 
 pytest.importorskip("array_record")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from chute._sources.array_record import ArrayRecordDataSource
-from chute._sources.array_record_writer import write_array_record
+from chute._sources.array_record.source import ArrayRecordDataSource
+from chute._sources.array_record.writer import write_array_record
 from chute.cli import main
 
 pytest.importorskip("array_record")

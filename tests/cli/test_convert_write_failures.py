@@ -21,7 +21,7 @@ pytest.importorskip("array_record")
 
 from array_record.python.array_record_module import ArrayRecordWriter
 
-from chute._sources.array_record import ArrayRecordDataSource
+from chute._sources.array_record.source import ArrayRecordDataSource
 
 ROWS = 3000  # about 600 KiB of records
 SRC = str(Path(chute.__file__).resolve().parents[1])  # the chute these tests import

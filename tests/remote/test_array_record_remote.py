@@ -11,9 +11,9 @@ import pytest
 import chute
 from chute import ArrayRecordDataSource, MapDataset
 from chute._remote.ranged_source import LocalRanges
-from chute._sources.array_record_index import write_index
-from chute._sources.array_record_writer import write_array_record
-from chute._sources.ranged_array_record import RangedArrayRecordReader
+from chute._sources.array_record.index import write_index
+from chute._sources.array_record.ranged import RangedArrayRecordReader
+from chute._sources.array_record.writer import write_array_record
 from chute.cli import main
 
 pytest.importorskip("array_record")
@@ -150,7 +150,7 @@ def test_a_set_served_over_plain_http_reads_the_local_records(s3: Any, tmp_path:
 def test_shards_reopened_in_a_bucket_cost_no_requests_beyond_their_chunks(
     s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chute._sources import indexed_array_record
+    from chute._sources.array_record import indexed as indexed_array_record
 
     monkeypatch.setattr(indexed_array_record, "MAX_OPEN", 2)  # 4 shards: each read reopens
     urls, files = upload(s3, tmp_path, options="group_size:1,uncompressed")
@@ -181,7 +181,7 @@ def test_a_batch_over_bucket_shards_has_every_shards_requests_in_flight_at_once(
 def test_a_corrupted_chunk_in_one_bucket_shard_names_that_shard_and_record(
     s3: Any, tmp_path: Path, where: str
 ) -> None:
-    from chute._sources.array_record_format import ArrayRecordFormatError
+    from chute._sources.array_record.format import ArrayRecordFormatError
 
     files = write_array_record([b"r%04d" % i for i in range(400)], str(tmp_path / "t"),
                                num_shards=4, options="group_size:1,uncompressed")  # fmt: skip
@@ -324,7 +324,7 @@ def test_a_filesystem_without_versions_reads_from_an_index_and_a_glob(tmp_path: 
 def test_an_index_that_recorded_no_version_as_the_string_none_still_reads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chute._sources import array_record_index
+    from chute._sources.array_record import index as array_record_index
 
     fs, bucket, urls, files = memory_set(tmp_path)
     with monkeypatch.context() as patch:  # as chute wrote it before: str(None)

@@ -13,7 +13,7 @@ import pytest
 
 from chute._remote import RetryPolicy, open_source
 from chute._remote.write import delete_object
-from chute._sources.array_record import ArrayRecordDataSource
+from chute._sources.array_record.source import ArrayRecordDataSource
 from chute.cli import main
 
 pytest.importorskip("array_record")

@@ -1,4 +1,4 @@
-"""``chute._remote.ranged_object``'s shared answers: which paths are URLs, and how ranges merge."""
+"""The answers ``chute._remote`` shares: which paths are URLs (``urls``), how ranges merge."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 from chute._cli.bucket import is_bucket_url
 from chute._cli.errors import CliError
 from chute._remote.file import RangedFile
-from chute._remote.ranged_object import is_remote_url, merge_ranges, split_url, url_scheme
-from chute._sources import array_record
-from chute._sources.array_record_index import open_ranged
+from chute._remote.ranged_object import merge_ranges
+from chute._remote.urls import is_remote_url, split_url, url_scheme
+from chute._sources.array_record import source as array_record
+from chute._sources.array_record.index import open_ranged
 
 REMOTE = ["s3://b/k", "S3://b/k", "Gs://b/k", "AZ://c/k", "abfs://c/k", "HTTPS://h/k"]
 LOCAL = ["data/k", "/data/k", "file:///data/k", "FILE:///data/k", "file:/data/k", "k:v", "C:\\k"]

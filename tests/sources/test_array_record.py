@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import chute as grain
-from chute._sources.array_record import ArrayRecordDataSource
-from chute._sources.array_record_writer import write_array_record
+from chute._sources.array_record.source import ArrayRecordDataSource
+from chute._sources.array_record.writer import write_array_record
 from chute.experimental import assert_equal_output_after_checkpoint
 
 RECORDS = [f"record {i:03d}".encode() * (1 + i % 3) for i in range(40)]
@@ -168,7 +168,7 @@ def test_progress_shows_a_bar(
 def test_a_progress_bar_leaves_no_thread_running(tmp_path: Path) -> None:
     script = (
         "import sys, threading\n"
-        "from chute._sources.array_record_writer import write_array_record\n"
+        "from chute._sources.array_record.writer import write_array_record\n"
         "write_array_record([b'x'] * 40, sys.argv[1], progress=True)\n"
         "print([t.name for t in threading.enumerate()])\n"
     )

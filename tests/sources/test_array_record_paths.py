@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("array_record")
 
-from chute._sources.array_record import ArrayRecordDataSource
-from chute._sources.array_record_writer import write_array_record
+from chute._sources.array_record.source import ArrayRecordDataSource
+from chute._sources.array_record.writer import write_array_record
 
 RECORDS = [f"r{i}".encode() for i in range(10)]
 

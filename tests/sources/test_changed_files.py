@@ -138,7 +138,7 @@ def test_a_tfrecord_file_rewritten_in_place_with_its_size_raises(
 
 def _read_after_change(kind: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Opens a local file as ``kind`` reads it, changes the file, then reads it again."""
-    from chute._sources.array_record_index import write_index
+    from chute._sources.array_record.index import write_index
     from chute._sources.tfrecord import write_tfrecord
     from chute.experimental import TFRecordIterDataset
 

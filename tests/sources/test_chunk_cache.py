@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chute._sources.chunk_cache import ChunkCache, chunk_cost
+from chute._sources.array_record.chunk_cache import ChunkCache, chunk_cost
 
 
 def chunk(n: int) -> tuple[bytes, list[int]]:

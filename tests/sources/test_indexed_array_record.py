@@ -16,9 +16,9 @@ pytest.importorskip("cramjam")
 
 import chute
 from chute import ArrayRecordDataSource, MapDataset, MultiprocessingOptions
-from chute._sources import indexed_array_record
-from chute._sources.array_record_index import write_index
-from chute._sources.array_record_writer import write_array_record
+from chute._sources.array_record import indexed as indexed_array_record
+from chute._sources.array_record.index import write_index
+from chute._sources.array_record.writer import write_array_record
 from chute.cli import main
 
 
@@ -89,8 +89,8 @@ def test_a_flipped_byte_in_a_shard_is_refused_by_default(
 ) -> None:
     """Bit rot: one byte of a record's value changes, the file's size and mtime do not."""
     from chute._remote.ranged_source import LocalRanges
-    from chute._sources.array_record_format import ArrayRecordFormatError
-    from chute._sources.ranged_array_record import RangedArrayRecordReader
+    from chute._sources.array_record.format import ArrayRecordFormatError
+    from chute._sources.array_record.ranged import RangedArrayRecordReader
 
     files = make_set(tmp_path, shards=3, records=100, options="group_size:1,uncompressed")
     index = write_index(files, str(tmp_path / "train.chute-index"))
@@ -159,7 +159,7 @@ def test_chute_convert_writes_the_index(tmp_path: Path) -> None:
 def test_shards_of_uneven_chunks_are_searched(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from chute._sources import array_record_index
+    from chute._sources.array_record import index as array_record_index
 
     files = make_set(tmp_path, options="group_size:7")
     monkeypatch.setattr(array_record_index, "uniform_group", lambda first: 0)
@@ -171,7 +171,7 @@ def test_shards_of_uneven_chunks_are_searched(
 
 
 def test_uniform_group_tells_equal_chunks() -> None:
-    from chute._sources.array_record_footer import uniform_group
+    from chute._sources.array_record.footer import uniform_group
 
     assert uniform_group(np.array([0, 1, 2, 3])) == 1
     assert uniform_group(np.array([0, 7, 14, 17])) == 7

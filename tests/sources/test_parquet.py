@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import chute as grain
-from chute._sources import parquet_io
-from chute._sources.parquet import ParquetDataSource
-from chute._sources.parquet_iter import ParquetIterDataset
+from chute._sources.parquet import io as parquet_io
+from chute._sources.parquet.iter import ParquetIterDataset
+from chute._sources.parquet.source import ParquetDataSource
 from chute.experimental import assert_equal_output_after_checkpoint
 
 SIZES = (10, 7, 5)  # rows per file; row groups of 4 rows

@@ -8,13 +8,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from chute._sources import parquet_checks
+from chute._sources.parquet import checks as parquet_checks
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from chute._sources.parquet import ParquetDataSource  # noqa: E402
-from chute._sources.parquet_iter import ParquetIterDataset  # noqa: E402
+from chute._sources.parquet.iter import ParquetIterDataset  # noqa: E402
+from chute._sources.parquet.source import ParquetDataSource  # noqa: E402
 
 ROWS = 600
 FLIPS = 150  # single-byte flips, spread over the pages of every column chunk

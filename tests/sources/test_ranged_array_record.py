@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from chute._remote.ranged_source import LocalRanges, RangedByteSource
 from chute._sources._highway_hash_many import highway_hash64_many
-from chute._sources.array_record_format import BLOCK_SIZE, ArrayRecordFormatError
-from chute._sources.chunk_cache import chunk_cost
-from chute._sources.ranged_array_record import RangedArrayRecordReader
+from chute._sources.array_record.chunk_cache import chunk_cost
+from chute._sources.array_record.format import BLOCK_SIZE, ArrayRecordFormatError
+from chute._sources.array_record.ranged import RangedArrayRecordReader
 
 pytest.importorskip("cramjam")
 ar = pytest.importorskip("array_record.python.array_record_module")

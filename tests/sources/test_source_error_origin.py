@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from chute import MapDataset
-from chute._sources.array_record import ArrayRecordDataSource
-from chute._sources.array_record_writer import write_array_record
-from chute._sources.parquet import ParquetDataSource
+from chute._sources.array_record.source import ArrayRecordDataSource
+from chute._sources.array_record.writer import write_array_record
+from chute._sources.parquet.source import ParquetDataSource
 from chute._sources.tfrecord import TFRecordIterDataset, write_tfrecord
 
 

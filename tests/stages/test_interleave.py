@@ -27,7 +27,7 @@ from chute import (
     ReadOptions,
 )
 from chute._core.dataset import IterDataset
-from chute._sources.parquet_iter import ParquetIterDataset
+from chute._sources.parquet.iter import ParquetIterDataset
 from chute._stages.interleave import InterleaveIterDataset
 from chute.experimental import RepeatIterDataset, assert_equal_output_after_checkpoint
 

@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from chute._cli.errors import CliError
-from chute._remote.ranged_object import REMOTE_SCHEMES, is_remote_url, split_url, url_scheme
 from chute._remote.retry import RetryBudgetExceeded, is_transient, status_of
+from chute._remote.urls import REMOTE_SCHEMES, is_remote_url, split_url, url_scheme
 
 __all__ = [
     "bucket_error",

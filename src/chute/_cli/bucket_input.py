@@ -2,7 +2,7 @@
 
 Parquet, JSON Lines and TFRecord objects are read where they lie, through chute's
 object-store transport (ranged GETs, retries, a changed object refused): Parquet a row
-group at a time (``chute._sources.parquet_io``), JSON Lines through a read-ahead file
+group at a time (``chute._sources.parquet.io``), JSON Lines through a read-ahead file
 object (``chute._remote.RangedFile``), TFRecord with ``read_tfrecord``.  INPUT is one
 object, a quoted glob, or a prefix (every object under it).  The manifest records each
 object's URL, size and ETag (or generation), so a rerun skips when nothing changed and
@@ -87,7 +87,7 @@ def read(urls: list[str], fmt: str) -> tuple[Iterator[Any], int | None]:
 
 
 def _parquet(urls: list[str]) -> tuple[Iterator[Any], int | None]:
-    from chute._sources import parquet_io
+    from chute._sources.parquet import io as parquet_io
 
     files = []
     for url in urls:

@@ -20,7 +20,7 @@ from chute._cli.manifest import Found, describe_input, plan
 from chute._cli.readers import FORMATS, READERS, detect_format, notes, resolve_inputs
 from chute._cli.records import SERIALIZERS, encoder
 from chute._core.progress import bar_type
-from chute._sources.array_record_index import SUFFIX
+from chute._sources.array_record.index import SUFFIX
 
 __all__ = ["register", "run", "shard_paths"]
 

@@ -45,8 +45,8 @@ from chute._cli.bucket import bucket_error, listed, read_json, shard_sets_in
 from chute._cli.errors import CliError, write_failure
 from chute._cli.manifest import Found, Plan, manifest_bytes
 from chute._remote.write import delete_object, upload_file, write_object
-from chute._sources.array_record_index import SUFFIX, write_index
-from chute._sources.array_record_writer import write_array_record
+from chute._sources.array_record.index import SUFFIX, write_index
+from chute._sources.array_record.writer import write_array_record
 
 __all__ = ["found_in_bucket", "index_if_missing", "write_manifest_and_index", "write_shards"]
 

@@ -28,9 +28,9 @@ from typing import Any, Protocol
 
 from chute._cli.errors import CliError, write_failure
 from chute._cli.manifest import Plan, manifest_path, write_manifest
-from chute._sources.array_record_index import SUFFIX, write_index
-from chute._sources.array_record_paths import shard_sets
-from chute._sources.array_record_writer import write_array_record
+from chute._sources.array_record.index import SUFFIX, write_index
+from chute._sources.array_record.paths import shard_sets
+from chute._sources.array_record.writer import write_array_record
 
 __all__ = ["check_output", "write_index_or_note", "write_shards"]
 

@@ -1,7 +1,7 @@
 """``chute index``: the data-set index that opens huge shard sets in bounded memory.
 
 ``chute index 'data/train-*.array_record'`` reads every shard's footer once and
-writes ``data/train.chute-index`` (see ``chute._sources.array_record_index``);
+writes ``data/train.chute-index`` (see ``chute._sources.array_record.index``);
 ``ArrayRecordDataSource("data/train.chute-index")`` then opens the set without
 reading any shard.  ``chute convert`` writes this index beside its shards.
 """
@@ -15,10 +15,10 @@ import re
 from chute._cli.bucket import is_bucket_url, resolve_url
 from chute._cli.decode import human_size
 from chute._cli.errors import CliError
-from chute._remote.ranged_object import is_remote_url
-from chute._sources.array_record_format import ArrayRecordFormatError
-from chute._sources.array_record_index import SUFFIX, write_index
-from chute._sources.array_record_paths import expand
+from chute._remote.urls import is_remote_url
+from chute._sources.array_record.format import ArrayRecordFormatError
+from chute._sources.array_record.index import SUFFIX, write_index
+from chute._sources.array_record.paths import expand
 
 __all__ = ["default_index_path", "register", "run"]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from chute._cli.bucket import bucket_error, is_bucket_url, resolve_url
 from chute._cli.errors import CliError
-from chute._sources.array_record_index import SUFFIX
+from chute._sources.array_record.index import SUFFIX
 
 __all__ = ["Indexed", "is_indexed", "read_indexed"]
 
@@ -51,7 +51,7 @@ def _error(spec: str, exc: Exception) -> CliError:
 
 def read_indexed(spec: str, want: int) -> Indexed:
     """The shards ``spec`` names, their counts and sizes, and their first ``want`` records."""
-    from chute._sources.indexed_array_record import IndexedArrayRecordDataSource
+    from chute._sources.array_record.indexed import IndexedArrayRecordDataSource
 
     what: str | list[str] = spec if spec.endswith(SUFFIX) else resolve_url(spec)
     try:

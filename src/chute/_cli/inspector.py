@@ -21,8 +21,8 @@ from chute._cli.decode import describe, human_size, show
 from chute._cli.errors import ARRAY_RECORD_MODULE, CliError, need
 from chute._cli.inspect_indexed import is_indexed, read_indexed
 from chute._cli.readers import READERS, detect_format
-from chute._sources import parquet_checks
-from chute._sources.array_record_paths import shard_sets, shard_sets_text
+from chute._sources.array_record.paths import shard_sets, shard_sets_text
+from chute._sources.parquet import checks as parquet_checks
 
 __all__ = ["register", "resolve", "run"]
 
@@ -136,7 +136,7 @@ def _unreadable(path: Path, exc: Exception) -> CliError:
 
 
 def _array_record(files: list[Path], want: int, trust: bool) -> _Summary:
-    from chute._sources.array_record import ArrayRecordDataSource
+    from chute._sources.array_record.source import ArrayRecordDataSource
 
     summary = _Summary()
     for path in files:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from chute._cli.errors import CliError
-from chute._sources.array_record_paths import shard_sets
+from chute._sources.array_record.paths import shard_sets
 
 __all__ = [
     "Found",

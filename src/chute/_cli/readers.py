@@ -18,7 +18,7 @@ import numpy as np
 
 from chute._cli import images
 from chute._cli.errors import CliError, need
-from chute._sources import parquet_checks
+from chute._sources.parquet import checks as parquet_checks
 
 __all__ = ["FORMATS", "READERS", "detect_format", "notes", "parquet_rows", "resolve_inputs"]
 

@@ -8,9 +8,10 @@ import os
 from typing import Any
 
 from chute._remote import backends
-from chute._remote.ranged_object import RangedSource, split_url
+from chute._remote.ranged_object import RangedSource
 from chute._remote.ranged_source import LocalRanges
 from chute._remote.retry import RetryPolicy
+from chute._remote.urls import split_url
 
 _WILDCARDS = "*?["
 

@@ -23,8 +23,8 @@ from typing import IO, Any
 
 from chute._remote import backends, io_loop
 from chute._remote.io_loop import run_on_io_loop
-from chute._remote.ranged_object import split_url
 from chute._remote.retry import RetryPolicy, with_retries
+from chute._remote.urls import split_url
 
 _SPOOL = 64 << 20
 

@@ -46,8 +46,8 @@ from chute._core.errors import (
 from chute._core.fingerprint import files_identity
 from chute._core.validate import check_int
 from chute._remote.open import open_source
-from chute._remote.ranged_object import is_remote_url
 from chute._remote.ranged_source import LocalRanges
+from chute._remote.urls import is_remote_url
 from chute._sources._crc32c import masked_crc32c
 
 __all__ = ["TFRecordIterDataset", "read_tfrecord", "write_tfrecord"]

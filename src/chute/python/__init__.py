@@ -41,7 +41,7 @@ from chute._loader.operations import (
 )
 from chute._loader.record import Record, RecordMetadata
 from chute._loader.samplers import IndexSampler, Sampler, SequentialSampler
-from chute._sources.array_record import ArrayRecordDataSource
+from chute._sources.array_record.source import ArrayRecordDataSource
 from chute._sources.protocol import RandomAccessDataSource
 from chute._sources.range import RangeDataSource
 from chute._sources.shared_memory import SharedMemoryDataSource as InMemoryDataSource

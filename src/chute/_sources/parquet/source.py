@@ -30,7 +30,7 @@ from chute._core.errors import Origin, mark_origin
 from chute._core.fingerprint import files_identity
 from chute._core.fork import ForkCheck
 from chute._core.validate import check_int
-from chute._sources import parquet_io
+from chute._sources.parquet import io as parquet_io
 from chute._sources.protocol import as_index, check_indices, out_of_range
 
 __all__ = ["ParquetDataSource"]
@@ -44,7 +44,7 @@ class ParquetDataSource:
     """The rows of Parquet files, read by index, as dicts.
 
     Rows are numbered through the files in order.  Records are the same dicts
-    ``ParquetIterDataset`` yields (see ``chute._sources.parquet_io``).  Nested
+    ``ParquetIterDataset`` yields (see ``chute._sources.parquet.io``).  Nested
     values (the arrays of list columns, the dicts of struct columns) may be
     shared with the cache: copy them before changing them in place.
 
@@ -55,7 +55,7 @@ class ParquetDataSource:
         paths: A path or a sequence of paths to Parquet files: local paths, or
             URLs: ``s3://``, ``gs://``, ``az://`` and ``https://`` through chute's
             object-store transport, with credentials from the environment, other
-            schemes through pyarrow or fsspec (see ``chute._sources.parquet_io``).
+            schemes through pyarrow or fsspec (see ``chute._sources.parquet.io``).
         columns: The (top-level) columns to read; ``None`` reads them all.
         cache_bytes: How much of the row groups read last to keep converted,
             per process, in bytes of Arrow data (Python objects of string and
@@ -73,7 +73,7 @@ class ParquetDataSource:
         OSError: when read, a page whose checksum does not match its bytes (a
             damaged file); the message names the file and the row group.  Page
             checksums are verified unless ``page_checksum_verification=False``
-            (see ``chute._sources.parquet_checks``).
+            (see ``chute._sources.parquet.checks``).
 
     >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
     >>> path = os.path.join(tempfile.mkdtemp(), "rows.parquet")

@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from chute._core.fork import ForkCheck
-from chute._remote.ranged_object import is_remote_url, split_url
 from chute._remote.ranged_source import LocalRanges
-from chute._sources.array_record_footer import Footer, uniform_group
-from chute._sources.ranged_array_record import RangedArrayRecordReader
+from chute._remote.urls import is_remote_url, split_url
+from chute._sources.array_record.footer import Footer, uniform_group
+from chute._sources.array_record.ranged import RangedArrayRecordReader
 
 __all__ = [
     "SUFFIX",

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chute._sources.array_record_format import decode_chunks
-from chute._sources.ranged_array_record import RangedArrayRecordReader
+from chute._sources.array_record.format import decode_chunks
+from chute._sources.array_record.ranged import RangedArrayRecordReader
 
 __all__ = ["read_together"]
 

@@ -31,7 +31,7 @@ hold nulls in that row group).
 
 **Checksums.**  Files are opened with ``page_checksum_verification=True`` (unless the
 keyword says otherwise), so the pages of a file written with checksums are checked as
-they are read (``chute._sources.parquet_checks``).
+they are read (``chute._sources.parquet.checks``).
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ import numpy as np
 
 from chute._core.errors import SourceChangedError
 from chute._remote.backends import is_obstore
-from chute._remote.ranged_object import is_remote_url, url_scheme
 from chute._remote.retry import RetryBudgetExceeded
-from chute._sources import parquet_checks
+from chute._remote.urls import is_remote_url, url_scheme
+from chute._sources.parquet import checks as parquet_checks
 
 
 def pyarrow_parquet() -> ModuleType:

@@ -11,7 +11,8 @@ A path names files in one of these ways, tried in this order:
   (what ``chute convert`` printed as OUTPUT_PREFIX), else for ``prefix.array_record``.
 
 A wrong shard count, a set with shards missing and a prefix with several sets
-raise ``FileNotFoundError`` naming the counts that do exist.
+raise ``FileNotFoundError`` naming the counts that do exist.  Shards in a bucket are
+named by URL, or by a glob of URLs (``bucket_files``).
 
 >>> import tempfile, os
 >>> folder = tempfile.mkdtemp()
@@ -30,8 +31,11 @@ from __future__ import annotations
 import glob
 import os
 import re
+from typing import Any
 
-__all__ = ["expand", "shard_sets", "shard_sets_text"]
+from chute._remote.urls import is_remote_url
+
+__all__ = ["bucket_files", "expand", "shard_sets", "shard_sets_text", "url_for"]
 
 _WHAT = "ArrayRecordDataSource"
 _SUFFIX = ".array_record"
@@ -132,3 +136,29 @@ def expand(path: str) -> list[Entry]:
             raise FileNotFoundError(f"{_WHAT}: no files match the pattern {path!r}.")
         return [(f, None, None) for f in found]
     return _prefix(path)
+
+
+def url_for(path: str, filesystem: Any) -> str:
+    """``path`` itself; with a ``filesystem``, only if it is a URL (the filesystem holds the
+    credentials, the URL still names the object)."""
+    if filesystem is not None and not is_remote_url(path):
+        raise ValueError(
+            f"{_WHAT}: with filesystem=, name the objects by URL (s3://bucket/key, "
+            f"gs://bucket/key, ...), not {path!r}; the filesystem supplies the credentials "
+            "and endpoint."
+        )
+    return path
+
+
+def bucket_files(paths: Any, filesystem: Any = None) -> list[str]:
+    """The shard URLs that ``paths`` names: URLs, globs of them, or a list of those."""
+    from chute._remote import list_prefix
+
+    given = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    files: list[str] = []
+    for p in given:
+        p = url_for(os.fspath(p), filesystem)
+        files += list_prefix(p, filesystem=filesystem) if any(c in p for c in "*?[") else [p]
+    if not files:
+        raise FileNotFoundError(f"{_WHAT}: no objects match {paths!r}.")
+    return files

@@ -20,7 +20,7 @@ from typing import Any
 
 from chute._core.progress import bar_type
 from chute._core.validate import check_int
-from chute._sources.array_record_native import native_class
+from chute._sources.array_record.native import native_class
 
 __all__ = ["write_array_record"]
 

@@ -23,7 +23,7 @@ import itertools
 
 import numpy as np
 
-from chute._sources.array_record_format import (
+from chute._sources.array_record.format import (
     BLOCK_SIZE,
     ArrayRecordFormatError,
     decode_chunk,

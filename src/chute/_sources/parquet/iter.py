@@ -20,7 +20,7 @@ from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError
 from chute._core.fingerprint import files_identity
 from chute._core.validate import check_int
-from chute._sources import parquet_io
+from chute._sources.parquet import io as parquet_io
 
 _NAME = "ParquetIterDataset"
 _CHUNK = 256  # rows converted to dicts at a time
@@ -33,7 +33,7 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
         path: A path or a sequence of paths to Parquet files: local paths, or
             URLs: ``s3://``, ``gs://``, ``az://`` and ``https://`` through chute's
             object-store transport, with credentials from the environment, other
-            schemes through pyarrow or fsspec (see ``chute._sources.parquet_io``).
+            schemes through pyarrow or fsspec (see ``chute._sources.parquet.io``).
         cycle_length: chute's addition: how many files are read in turn
             (Grain reads 16).  1 reads the files one after another.
         **read_kwargs: Passed on to ``pyarrow.parquet.ParquetFile``, such as
@@ -47,7 +47,7 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
             keyword that ``ParquetFile`` does not take.  Files are opened when
             read; a missing or broken file raises then, naming the file, and a
             page whose checksum does not match raises an ``OSError`` naming the
-            file and the row group (``chute._sources.parquet_checks``).
+            file and the row group (``chute._sources.parquet.checks``).
 
     >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
     >>> path = os.path.join(tempfile.mkdtemp(), "rows.parquet")

@@ -18,7 +18,7 @@ same code reads a local file (``LocalRanges``) or an object in a bucket.
   chunks in order fetches each chunk once.
 * **Checks**, as array_record's own reader makes them: every block and chunk
   header's hash, every record chunk's data hash, sizes and decompressed lengths
-  (``array_record_format``); the footer's data hash on open.  The data hashes
+  (``format``); the footer's data hash on open.  The data hashes
   of a batch's chunks are computed in one call (``checksums``: a compiled
   extension where built, 11 GB/s for one chunk and 17 for a batch with AVX2;
   else NumPy in lock-step over the chunks, 150-350 MB/s).  ``verify_data=False``
@@ -60,14 +60,14 @@ import numpy as np
 from chute._core.validate import check_int
 from chute._remote.ranged_object import merge_ranges
 from chute._remote.ranged_source import RangedByteSource
-from chute._sources.array_record_footer import Footer, parse_footer, parse_postscript
-from chute._sources.array_record_format import (
+from chute._sources.array_record.chunk_cache import Chunk, ChunkCache
+from chute._sources.array_record.footer import Footer, parse_footer, parse_postscript
+from chute._sources.array_record.format import (
     BLOCK_SIZE,
     ArrayRecordFormatError,
     DecodedChunk,
     decode_chunks,
 )
-from chute._sources.chunk_cache import Chunk, ChunkCache
 from chute._sources.protocol import check_indices
 
 __all__ = ["PendingRead", "RangedArrayRecordReader"]
@@ -115,7 +115,7 @@ class RangedArrayRecordReader:
       verify_data: check each record chunk's data hash (on by default, as in
         array_record's reader; ``False`` skips it).
       footer: the file's chunk index when it is known already (from a data-set
-        index, ``array_record_index``): the file's own footer is then not read.
+        index, ``index``): the file's own footer is then not read.
       cache: a ``ChunkCache`` shared with other readers (``cache_bytes`` is then
         not used), in which this file's chunks are ``cache_key``'s.
       cache_key: what tells this file's chunks apart in a shared ``cache``.

@@ -17,7 +17,6 @@ raises rather than return records from another version of it.
 
 from __future__ import annotations
 
-import collections
 import os
 import threading
 import weakref
@@ -29,20 +28,23 @@ import numpy as np
 from chute._core.errors import Origin, SourceChangedError, mark_origin
 from chute._core.fork import ForkCheck
 from chute._execution.daemon_pool import DaemonPool
-from chute._remote.ranged_object import is_remote_url
-from chute._sources.array_record import ArrayRecordDataSource
-from chute._sources.array_record_footer import Footer
-from chute._sources.array_record_index import (
+from chute._remote.urls import is_remote_url
+from chute._sources.array_record.chunk_cache import ChunkCache
+from chute._sources.array_record.footer import Footer
+from chute._sources.array_record.index import (
     SUFFIX,
     IndexedShard,
     index_in_memory,
     open_ranged,
     read_index,
 )
-from chute._sources.chunk_cache import ChunkCache
+from chute._sources.array_record.kept_offsets import KeptOffsets
+from chute._sources.array_record.open_shards import OpenShards
+from chute._sources.array_record.paths import bucket_files, url_for
+from chute._sources.array_record.ranged import RangedArrayRecordReader
+from chute._sources.array_record.read_together import read_together
+from chute._sources.array_record.source import ArrayRecordDataSource
 from chute._sources.protocol import as_index, check_indices, out_of_range
-from chute._sources.ranged_array_record import RangedArrayRecordReader
-from chute._sources.read_together import read_together
 
 __all__ = ["IndexedArrayRecordDataSource"]
 
@@ -77,7 +79,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             )
         self._filesystem = filesystem
         if isinstance(paths, (str, os.PathLike)) and os.fspath(paths).endswith(SUFFIX):
-            self._index_path = _url_for(os.fspath(paths), filesystem)
+            self._index_path = url_for(os.fspath(paths), filesystem)
             self._index = read_index(self._index_path, filesystem)
         else:  # shards in a bucket, without an index file: every footer is read now
             files = bucket_files(paths, filesystem)
@@ -92,22 +94,17 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             raise ValueError(f"{_WHAT}: the shards of {self._index_path!r} hold no records.")
         self._starts = self._ends - counts
         self._entries = [(s.path, 0, s.records, False) for s in self._index.shards]
-        self._open: collections.OrderedDict[int, RangedArrayRecordReader] = (
-            collections.OrderedDict()
-        )
-        self._lock = threading.Lock()
+        self._open = OpenShards(MAX_OPEN)  # the shards' readers, pinned while read
+        # The chunk offsets a shard in a bucket needs, fetched with one request, kept
+        # under OFFSETS_BYTES beyond its reader's closing: reopening then costs nothing.
+        self._offsets = KeptOffsets(OFFSETS_BYTES)
         self._chunks = ChunkCache(CACHE_BYTES)  # every shard's decoded chunks, this process's
-        self._made = ForkCheck()  # the open files, the lock and the cache
+        self._made = ForkCheck()  # the open files, the offsets and the cache
         self._remote = any(is_remote_url(s.path) for s in self._index.shards)
+        self._lock = threading.Lock()  # guards the threads
         self._threads: DaemonPool | None = None
         self._threads_made = ForkCheck()
         self._stop_threads: Any = None  # a weakref.finalize that stops them
-        self._closed_retries = 0  # of the shards' sources this process has closed
-        self._pins: collections.Counter[int] = collections.Counter()  # reads under way
-        # The chunk offsets a shard in a bucket needs, fetched with one request, kept
-        # under OFFSETS_BYTES beyond its reader's closing: reopening then costs nothing.
-        self._footers: collections.OrderedDict[int, tuple[Footer, int]] = collections.OrderedDict()
-        self._footer_bytes = 0
 
     @property
     def retries(self) -> int | None:
@@ -119,9 +116,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             return None
         if self._made.forked():  # a forked child that has not read yet
             return 0
-        with self._lock:
-            open_now = sum(r._source.retries for r in self._open.values())  # type: ignore[attr-defined]
-        return self._closed_retries + open_now + self._index.retries()
+        return self._open.retries() + self._index.retries()
 
     def __getstate__(self) -> dict[str, Any]:
         state = {"index": self._index_path, "filesystem": self._filesystem}
@@ -139,12 +134,9 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         with it; past ``MAX_OPEN``, the least recently used reader that no read holds closes."""
         if self._made.forked():  # a forked child opens its own files (the index's too)
             self._setup()
-        with self._lock:
-            reader = self._open.get(k)
-            if reader is not None:
-                self._open.move_to_end(k)
-                self._pins[k] += 1
-                return reader
+        reader = self._open.pin(k)
+        if reader is not None:
+            return reader
         shard = self._index.shards[k]
         known = (shard.size, shard.version) if is_remote_url(shard.path) and shard.version else None
         try:
@@ -164,50 +156,14 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         reader = RangedArrayRecordReader(
             source, footer=self._footer(k), cache=self._chunks, cache_key=k
         )
-        with self._lock:
-            if k in self._open:  # another thread opened it meanwhile: use that one
-                source.close()
-                reader = self._open[k]
-                self._open.move_to_end(k)
-            else:
-                self._open[k] = reader
-            self._pins[k] += 1
-            self._close_unused()
-        return reader
-
-    def _close_unused(self) -> None:
-        """Closes the least recently used readers that no read holds, down to ``MAX_OPEN``
-        (called with the lock held)."""
-        excess = len(self._open) - MAX_OPEN
-        for k in [k for k in self._open if k not in self._pins][: max(0, excess)]:
-            old = self._open.pop(k)
-            self._closed_retries += old._source.retries  # type: ignore[attr-defined]
-            old._source.close()  # type: ignore[attr-defined]
-            old.release_cache()  # its chunks stay cached while they fit
+        return self._open.add(k, reader)  # another thread's, where it opened k meanwhile
 
     def _footer(self, k: int) -> Footer:
         """Shard ``k``'s chunk offsets: lazy for a local index, kept for one in a bucket."""
-        with self._lock:
-            kept = self._footers.get(k)
-            if kept is not None:
-                self._footers.move_to_end(k)
-                return kept[0]
-        return self._keep_footers([k], [self._index.footer(k)])[0]
-
-    def _keep_footers(self, ks: list[int], footers: list[Footer]) -> list[Footer]:
-        """Keeps the chunk offsets of shards ``ks`` under ``OFFSETS_BYTES`` (lazy ones cost
-        nothing and are not kept)."""
-        with self._lock:
-            for k, footer in zip(ks, footers):
-                cost = sum(getattr(a, "nbytes", 0) for a in (footer.starts, footer.first_record))
-                if not cost or k in self._footers:
-                    continue
-                self._footers[k] = (footer, cost)
-                self._footer_bytes += cost
-            while self._footer_bytes > OFFSETS_BYTES and len(self._footers) > 1:
-                _, (_, freed) = self._footers.popitem(last=False)
-                self._footer_bytes -= freed
-        return footers
+        kept = self._offsets.get(k)
+        if kept is not None:
+            return kept
+        return self._offsets.keep([k], [self._index.footer(k)])[0]
 
     def __len__(self) -> int:
         return self._len
@@ -270,30 +226,19 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         try:
             return reader.read(positions)
         finally:
-            self._release([k])
-
-    def _release(self, ks: list[int]) -> None:
-        """Shards ``ks``' readers are no longer read (``_shard`` pinned them)."""
-        with self._lock:
-            for k in ks:
-                self._pins[k] -= 1
-                if not self._pins[k]:
-                    del self._pins[k]
-            self._close_unused()
+            self._open.release([k])
 
     def _read_together(self, groups: list[tuple[int, np.ndarray]], local: np.ndarray,
                        idx: np.ndarray, out: list[Any]) -> bool:  # fmt: skip
         """A batch over shards in a bucket, every shard's requests in flight at once
         (``read_together``); False, reading nothing, where a shard must be opened with a
         request (its version unknown) or its requests run on another loop (fsspec)."""
-        with self._lock:
-            closed = [k for k, _ in groups if k not in self._open]
+        closed = self._open.not_open([k for k, _ in groups])
         if any(not self._index.shards[k].version for k in closed):
             return False
-        with self._lock:
-            unread = [k for k in closed if k not in self._footers]
+        unread = self._offsets.missing(closed)
         if unread and self._index.file is not None:  # their offsets, all in one call
-            self._keep_footers(unread, self._index.read_footers(unread))
+            self._offsets.keep(unread, self._index.read_footers(unread))
         readers: list[RangedArrayRecordReader] = []
         try:
             for k, _ in groups:
@@ -311,7 +256,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                     out[w] = record
             return True
         finally:
-            self._release([k for k, _ in groups[: len(readers)]])
+            self._open.release([k for k, _ in groups[: len(readers)]])
 
     def _record_location(self, index: int) -> tuple[str, int]:
         k = int(np.searchsorted(self._ends, index, side="right"))
@@ -325,9 +270,8 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
     def close(self) -> None:
         """Closes the shards open in this process and stops its threads; a later read
         opens them again."""
+        readers = self._open.take_all()
         with self._lock:
-            readers, self._open = list(self._open.values()), collections.OrderedDict()
-            self._closed_retries += sum(r._source.retries for r in readers)  # type: ignore[attr-defined]
             pool, self._threads = self._threads, None
         if pool is not None and not self._threads_made.forked():
             self._stop_threads.detach()
@@ -343,29 +287,3 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
     def __repr__(self) -> str:
         where = f"index={self._index_path!r}" if self._index_path else f"paths={self.paths[0]!r}..."
         return f"{_WHAT}({where}, shards={len(self._entries)}, len={self._len})"
-
-
-def _url_for(path: str, filesystem: Any) -> str:
-    """``path`` itself; with a ``filesystem``, only if it is a URL (the filesystem holds the
-    credentials, the URL still names the object)."""
-    if filesystem is not None and not is_remote_url(path):
-        raise ValueError(
-            f"{_WHAT}: with filesystem=, name the objects by URL (s3://bucket/key, "
-            f"gs://bucket/key, ...), not {path!r}; the filesystem supplies the credentials "
-            "and endpoint."
-        )
-    return path
-
-
-def bucket_files(paths: Any, filesystem: Any = None) -> list[str]:
-    """The shard URLs that ``paths`` names: URLs, globs of them, or a list of those."""
-    from chute._remote import list_prefix
-
-    given = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    files: list[str] = []
-    for p in given:
-        p = _url_for(os.fspath(p), filesystem)
-        files += list_prefix(p, filesystem=filesystem) if any(c in p for c in "*?[") else [p]
-    if not files:
-        raise FileNotFoundError(f"{_WHAT}: no objects match {paths!r}.")
-    return files

@@ -6,7 +6,7 @@ the ``.array_record`` suffix that ``write_array_record`` adds), a slice of a
 file (``path[10:20]``, as in Grain), an object with ``filename``, ``skip``
 and ``take`` (TFDS's ``FileInstruction``), a bare shard prefix (the
 OUTPUT_PREFIX of ``chute convert``), or a list of any of these
-(``chute._sources.array_record_paths`` has the rules).  Record ``i`` of the
+(``chute._sources.array_record.paths`` has the rules).  Record ``i`` of the
 dataset is found in the files in the order given.
 
 Reads go through array_record's ranged read, ``reader.read(k, k + 1)``, once
@@ -22,12 +22,9 @@ GIL.  Readers open lazily in each process.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
-import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -35,76 +32,21 @@ import numpy as np
 from chute._core.errors import FileChangedError, Origin, mark_origin
 from chute._core.fingerprint import files_identity
 from chute._core.fork import ForkCheck
-from chute._remote.ranged_object import is_remote_url
-from chute._remote.ranged_source import LocalRanges
-from chute._sources.array_record_native import native_class, native_module
-from chute._sources.array_record_paths import expand
+from chute._remote.urls import is_remote_url
+from chute._sources.array_record.files import (
+    file_identity,
+    how_changed,
+    open_reader,
+    options_string,
+    resolve,
+)
 from chute._sources.protocol import as_index, check_indices, out_of_range
-from chute._sources.ranged_array_record import RangedArrayRecordReader
 
 __all__ = ["ArrayRecordDataSource"]
 
-logger = logging.getLogger("chute")
 _WHAT = "ArrayRecordDataSource"
-# Random access reads one record at a time: reading ahead only wastes work.
-# These are the options that array_record's own documentation gives for it.
-_DEFAULT_OPTIONS = {"readahead_buffer_size": "0", "max_parallelism": "0"}
-_DEFAULT_STRING = ",".join(f"{k}:{v}" for k, v in _DEFAULT_OPTIONS.items())
-_GROUP = re.compile(r"(?:^|,)group_size:(\d+)")
 _REPR_FILES = 4
 _ITER_BLOCK = 1024
-
-
-def _reader_class() -> Any:
-    return native_class("ArrayRecordReader", _WHAT)
-
-
-def _reader_options(options: object) -> str:
-    """array_record's option string: chute's defaults, overridden by ``options``."""
-    if options is None:
-        given: dict[str, str] = {}
-    elif isinstance(options, str):
-        pairs = [p.split(":", 1) for p in options.split(",") if p.strip()]
-        if any(len(p) != 2 for p in pairs):
-            raise ValueError(
-                f"{_WHAT}: reader_options must be 'name:value' pairs separated by commas, "
-                f"like 'readahead_buffer_size:0,max_parallelism:0' (got {options!r})."
-            )
-        given = {k.strip(): v.strip() for k, v in pairs}
-    elif isinstance(options, Mapping):
-        given = {str(k): str(v) for k, v in options.items()}
-    else:
-        raise TypeError(
-            f"{_WHAT}: reader_options must be a str like 'readahead_buffer_size:0' or a dict "
-            f"of str (got {options!r} that is a {type(options).__name__})."
-        )
-    return ",".join(f"{k}:{v}" for k, v in {**_DEFAULT_OPTIONS, **given}.items())
-
-
-def _open(path: str, options: str) -> Any:
-    """An open reader for ``path``, or an error that names the file and what is wrong."""
-    if os.path.isdir(path):
-        raise IsADirectoryError(
-            f"{_WHAT}: {path!r} is a directory; pass the files in it, for example "
-            f"{os.path.join(path, '*.array_record')!r}."
-        )
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"{_WHAT}: no such file: {path!r}.")
-    try:
-        reader = _reader_class()(path, options)
-    except ValueError as exc:
-        raise ValueError(f"{_WHAT}: bad reader_options {options!r}: {exc}") from exc
-    if not reader.ok():
-        try:
-            reader.close()
-            reason = "the reader failed"
-        except RuntimeError as exc:
-            reason = str(exc)
-        raise ValueError(
-            f"{_WHAT}: {path!r} is not a readable ArrayRecord file (truncated, corrupt or "
-            f"another format): {reason}"
-        )
-    return reader
 
 
 def _is_index(paths: Any) -> bool:
@@ -118,110 +60,6 @@ def _in_bucket(paths: Any) -> bool:
     if not isinstance(given, Sequence) or not given:
         return False
     return all(isinstance(p, (str, os.PathLike)) and is_remote_url(os.fspath(p)) for p in given)
-
-
-def _identity(path: str) -> tuple[int, int, int]:
-    """(size, modification time in ns, inode) of a file, to tell whether it changed or was
-    replaced; (-1, -1, -1) if it is gone."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return (-1, -1, -1)
-    return (st.st_size, st.st_mtime_ns, st.st_ino)
-
-
-def _how_changed(before: tuple[int, int, int], now: tuple[int, int, int]) -> str:
-    """What differs between two identities of a file, in words."""
-    if now[0] < 0:
-        return "now gone"
-    sizes = f"{before[0]} bytes then, {now[0]} bytes now" if now[0] != before[0] else ""
-    if now[2] != before[2]:
-        return "replaced by another file" + (f": {sizes}" if sizes else "")
-    return sizes or f"modified, still {now[0]} bytes"
-
-
-def _count(path: str, options: str) -> int:
-    """The records in ``path``; logs a warning if its chunks hold more than one record.
-
-    chute's own footer parser counts, so that making a source starts no native
-    threads and its workers can still be forked; array_record's reader counts
-    where that parser cannot (a compressed footer without cramjam), and names
-    what is wrong with a file that is not readable.
-    """
-    native_module(_WHAT)  # array_record must be installed to read the records later
-    counted = _count_by_footer(path) if options == _DEFAULT_STRING else None
-    if counted is None:  # given options are checked by opening the file with them
-        reader = _open(path, options)
-        try:
-            counted = int(reader.num_records()), reader.writer_options_string() or ""
-        finally:
-            reader.close()
-    records, writer_options = counted
-    group = _GROUP.search(writer_options)
-    if group and group[1] != "1":
-        logger.warning(
-            "%s: %s was written with group_size:%s, so every random read decodes that "
-            "many records; rewrite it with group_size:1 (write_array_record's default).",
-            _WHAT,
-            path,
-            group[1],
-        )
-    return records
-
-
-def _count_by_footer(path: str) -> tuple[int, str] | None:
-    """(records, writer options) of ``path`` from its footer, or None where chute's own
-    parser cannot read it (array_record's reader then counts, or says what is wrong)."""
-    try:
-        with LocalRanges(path) as source:
-            reader = RangedArrayRecordReader(source, cache_bytes=0)
-            return len(reader), reader.writer_options
-    except Exception:
-        return None
-
-
-def _entry(path: object) -> list[tuple[str, int | None, int | None]]:
-    if isinstance(path, (str, os.PathLike)):
-        return expand(os.fspath(path))
-    if all(hasattr(path, a) for a in ("filename", "skip", "take")):
-        skip, take = int(path.skip), int(path.take)  # type: ignore[attr-defined]
-        return [(os.fspath(path.filename), skip, skip + take)]  # type: ignore[attr-defined]
-    raise TypeError(
-        f"{_WHAT}: a path must be a str, a pathlib.Path or a FileInstruction (an object with "
-        f"filename, skip and take); got {path!r} that is a {type(path).__name__}."
-    )
-
-
-def _resolve(
-    paths: Any, options: str
-) -> tuple[list[tuple[str, int, int, bool]], dict[str, tuple[int, int, int]]]:
-    """``(file, start, stop, sliced)`` for every file, counting the records of whole files,
-    and each file's identity, taken before it is opened to count."""
-    single = isinstance(paths, (str, bytes, os.PathLike)) or not isinstance(paths, Sequence)
-    entries = [e for p in ([paths] if single else paths) for e in _entry(p)]
-    if not entries:
-        raise ValueError(
-            f"Paths sequence can not be of 0 length. chute: {_WHAT}: paths is empty; pass at "
-            "least one file."
-        )
-    identity = {f: _identity(f) for f, _, _ in entries}
-    whole = [f for f, start, _ in entries if start is None]
-    with ThreadPoolExecutor(min(32, max(1, len(whole)))) as pool:
-        counts = dict(zip(whole, pool.map(lambda f: _count(f, options), whole)))
-    out = []
-    for f, start, stop in entries:
-        sliced = start is not None and stop is not None
-        if start is None or stop is None:
-            start, stop = 0, counts[f]
-        elif not os.path.isfile(f):
-            _open(f, options)  # raises the error that says what is wrong
-        if not 0 <= start <= stop:
-            raise ValueError(
-                f"{_WHAT}: the record range [{start}:{stop}] of {f!r} is not a range; "
-                "give 0 <= start <= stop."
-            )
-        out.append((f, start, stop, sliced))
-    return out, identity
 
 
 class ArrayRecordDataSource:
@@ -261,7 +99,7 @@ class ArrayRecordDataSource:
             source's ``retries``, what the store gives up on.
 
     >>> import tempfile, os
-    >>> from chute._sources.array_record_writer import write_array_record
+    >>> from chute._sources.array_record.writer import write_array_record
     >>> prefix = os.path.join(tempfile.mkdtemp(), "abc")
     >>> files = write_array_record([b"a", b"b", b"c"], prefix, num_shards=2)
     >>> with ArrayRecordDataSource(prefix + "@2") as source:
@@ -272,7 +110,7 @@ class ArrayRecordDataSource:
     def __new__(cls, paths: Any = None, *args: Any, **kwargs: Any) -> ArrayRecordDataSource:
         routed = _is_index(paths) or _in_bucket(paths) or kwargs.get("filesystem") is not None
         if cls is ArrayRecordDataSource and routed:
-            from chute._sources.indexed_array_record import IndexedArrayRecordDataSource
+            from chute._sources.array_record.indexed import IndexedArrayRecordDataSource
 
             return super().__new__(IndexedArrayRecordDataSource)
         return super().__new__(cls)
@@ -286,8 +124,8 @@ class ArrayRecordDataSource:
     ) -> None:
         if filesystem is not None:  # a subclass that reads local files only
             raise ValueError(f"{type(self).__name__} reads local files and takes no filesystem=.")
-        options = _reader_options(reader_options)
-        entries, identity = _resolve(paths, options)
+        options = options_string(reader_options)
+        entries, identity = resolve(paths, options)
         if sum(stop - start for _, start, stop, _ in entries) == 0:
             raise ValueError(f"{_WHAT}: the files hold no records: {[e[0] for e in entries]}.")
         self._entries, self._options = entries, options
@@ -331,14 +169,14 @@ class ArrayRecordDataSource:
 
     def _open_checked(self, k: int) -> Any:
         path, _, stop, _ = self._entries[k]
-        now = _identity(path)
+        now = file_identity(path)
         if self._known[k] is None:  # unpickled from a source that recorded none
             self._known[k] = now
         elif now != self._known[k]:
             error = self._changed(k, now, None)
             mark_origin(error, Origin(file=path))
             raise error
-        reader = _open(path, self._options)
+        reader = open_reader(path, self._options)
         held = reader.num_records()
         if stop > held:
             reader.close()
@@ -393,7 +231,7 @@ class ArrayRecordDataSource:
     def _check_unchanged(self, k: int, positions: list[int]) -> None:
         """Raises if file ``k`` changed since it was opened (its records may not be the same)."""
         path = self._entries[k][0]
-        now = _identity(path)
+        now = file_identity(path)
         if now == self._known[k]:
             return
         error = self._changed(k, now, positions[0])
@@ -407,7 +245,7 @@ class ArrayRecordDataSource:
         what = f"record {record} cannot be read" if record is not None else "it cannot be read"
         return FileChangedError(
             f"{_WHAT}: {path!r} changed since it was opened when the {_WHAT} was made "
-            f"({_how_changed(before, now)}), so {what} as it was. If the file was replaced "
+            f"({how_changed(before, now)}), so {what} as it was. If the file was replaced "
             f"on purpose, make a new {_WHAT}; "
             "otherwise another program is writing, truncating or replacing it."
         )
@@ -459,7 +297,7 @@ class ArrayRecordDataSource:
 
     def _file_sizes(self) -> list[int]:
         known = zip(self._entries, self._known)
-        return [(k if k is not None else _identity(e[0]))[0] for e, k in known]
+        return [(k if k is not None else file_identity(e[0]))[0] for e, k in known]
 
     def _grain_repr(self) -> str:
         """Grain's repr of the same source, which its DataLoader checkpoints record: a SHA-1
