@@ -183,7 +183,7 @@ def build(collector: Any) -> ExecutionSummary:
         cpu_count=usable_cores(),
         verdict="",
     )
-    ray = getattr(collector, "ray_workers", list)()
+    ray: list[tuple[str, float]] = getattr(collector, "ray_workers", list)()
     if ray:
         summary = dataclasses.replace(
             summary,
