@@ -7,6 +7,7 @@ import gc
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +298,46 @@ def test_auto_worker_count_on_ray_fits_the_clusters_cpus() -> None:
     with iter(prefetched) as it:
         assert list(it) == list(range(10))
         assert len(it.get_state()["workers"]) == 2  # the local cluster has two CPUs
+
+
+def test_ray_shut_down_mid_epoch_raises_worker_died_at_once_and_starts_nothing() -> None:
+    import ray
+
+    ds = grain.MapDataset.range(1000).to_iter_dataset().map(_times_ten)
+    it = iter(ds.mp_prefetch(MultiprocessingOptions(2), executor=RayExecutor()))
+    next(it)
+    ray.shutdown()
+    try:
+        with pytest.raises(WorkerDiedError, match="connection to the Ray cluster was closed"):
+            for _ in range(1000):
+                next(it)
+        assert not ray.is_initialized()  # no new local cluster was started behind your back
+    finally:
+        it.close()
+        ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+
+
+def test_more_workers_than_the_cluster_holds_wait_and_the_log_says_why(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from chute._execution import ray_iterator
+
+    monkeypatch.setattr(ray_iterator, "_WAIT_SLICE_S", 0.5)
+    ds = grain.MapDataset.range(12).to_iter_dataset().map(_times_ten)
+    executor = RayExecutor(resources_per_worker={"CPU": 2})  # the cluster has 2 CPUs: one at once
+    with caplog.at_level(logging.WARNING, logger="chute"):
+        it = iter(ds.mp_prefetch(MultiprocessingOptions(2), executor=executor))
+        assert next(it) == 0
+        waiting = threading.Thread(target=next, args=(it, None))  # worker 1's turn: it waits
+        waiting.start()
+        for _ in range(100):
+            if any("has waited" in r.getMessage() for r in caplog.records):
+                break
+            time.sleep(0.1)
+        it.close()  # stops the waiting worker too
+        waiting.join(timeout=30)
+    assert not waiting.is_alive()
+    (message,) = [r.getMessage() for r in caplog.records if "has waited" in r.getMessage()]
+    assert "Ray worker 1 of 2" in message and "'CPU': 2" in message

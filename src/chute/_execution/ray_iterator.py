@@ -26,7 +26,14 @@ from typing import Any
 from chute._core.errors import WorkerDiedError, add_note, closed_error
 from chute._core.iterator import DatasetIterator
 from chute._core.options import RayExecutor
-from chute._execution import processes, ray_cluster, shutdown, unpicklable, worker_errors
+from chute._execution import (
+    processes,
+    ray_cluster,
+    shutdown,
+    unpicklable,
+    worker_errors,
+    worker_seeds,
+)
 from chute._execution.worker_loop import END, ERROR, FAILED, REFUSED
 
 logger = logging.getLogger("chute")
@@ -90,6 +97,8 @@ class RayWorkerIterator(DatasetIterator[Any]):
         self._dataset, self._init_fn = dataset, worker_init_fn
         self.node = "?"  # where the actor runs, once it said so
         self.moving_s = 0.0  # time spent waiting for and reading results (the statistics)
+        self._warned_unplaced = False
+        self._stopping = False  # begin_stop() or close(): nothing is restarted any more
         self._launch(state)
 
     def _pickled(self, dataset: Any, init_fn: Any) -> bytes:
@@ -108,22 +117,16 @@ class RayWorkerIterator(DatasetIterator[Any]):
             raise
 
     def _launch(self, state: dict[str, Any] | None) -> None:
-        from chute._execution import worker_seeds
-
         ray = self._ray
         self._launched_with = state
         seed = worker_seeds.resumed_seed(self._seed, state)
         options = self._executor.actor_options()
-        name = f"chute-worker-{self._index}-of-{self._count}"
         self._actor = (
-            _actor_class(ray)
-            .options(name=None, **options)
-            .remote(self._job, self._index, self._count, seed)
+            _actor_class(ray).options(**options).remote(self._job, self._index, self._count, seed)
         )
         self._finalizer = weakref.finalize(self, _kill, ray, self._actor)
         shutdown.on_terminate(self._finalizer)
         shutdown.install()
-        self._actor_name = name
         self._started = self._actor.start.remote(state)
         self._state_now: dict[str, Any] | None = None
         self._ended = False
@@ -144,17 +147,50 @@ class RayWorkerIterator(DatasetIterator[Any]):
         start = time.perf_counter()
         try:
             while True:
-                done, _ = ray.wait([ref], timeout=_WAIT_SLICE_S, fetch_local=True)
-                if done:
-                    return ray.get(ref)
-                if not ray.is_initialized():
-                    raise self._died("the connection to the Ray cluster was closed")
+                try:
+                    return ray.get(ref, timeout=_WAIT_SLICE_S)
+                except ray.exceptions.GetTimeoutError:
+                    if not ray.is_initialized():
+                        raise self._died("the connection to the Ray cluster was closed") from None
+                    self._warn_if_unplaced()
         except ray.exceptions.RayActorError as exc:
             raise self._died(f"{type(exc).__name__}: {_first_line(exc)}") from None
         except ray.exceptions.ActorUnavailableError as exc:
             raise self._died(f"unreachable: {_first_line(exc)}") from None
+        except ray.exceptions.ObjectLostError as exc:  # its node left with what it made
+            raise self._died(f"its results were lost: {_first_line(exc)}") from None
+        except Exception:
+            if not ray.is_initialized():  # ray.shutdown() in this program, or the cluster left
+                raise self._died("the connection to the Ray cluster was closed") from None
+            raise
         finally:
             self.moving_s += time.perf_counter() - start
+
+    def _warn_if_unplaced(self) -> None:
+        """Says once, in the log, that this worker waits for resources no node has free."""
+        if self._warned_unplaced or self._started is None:
+            return
+        try:  # the actor table in Ray's control store (the state API needs the dashboard)
+            state = self._ray._private.state.actors(self._actor._actor_id.hex())["State"]
+        except Exception:  # not there in this version of Ray: nothing to say
+            return
+        if state in ("PENDING_CREATION", "DEPENDENCIES_UNREADY"):
+            self._warned_unplaced = True
+            logger.warning(
+                "chute: Ray worker %d of %d has waited %.0f s for a node with %s free; it "
+                "starts when one has them (the cluster's free resources now: %s). Ask for "
+                "fewer workers or smaller resources_per_worker, or add nodes.",
+                self._index,
+                self._count,
+                _WAIT_SLICE_S,
+                self._executor.resources_per_worker,
+                self._ray.available_resources(),
+            )
+
+    def _cluster_gone(self) -> bool:
+        """Whether this program is no longer connected to Ray (a new call would start a
+        new local cluster, so nothing is restarted)."""
+        return not self._ray.is_initialized()
 
     def _wait_started(self) -> None:
         """The actor's first message: where it runs and the state it starts at."""
@@ -167,7 +203,7 @@ class RayWorkerIterator(DatasetIterator[Any]):
         self._state_now = state
 
     def _failed(self, report: worker_errors.Report) -> WorkerDiedError:
-        exc = worker_errors.rebuild(report, self._index, self._count)
+        exc = worker_errors.rebuild(report, self._index, self._count, self.node)
         error = WorkerDiedError(
             f"chute Ray worker {self._index} of {self._count} on {self.node} could not start: "
             f"{type(exc).__name__}: {exc}. Everything the pipeline uses must be picklable, "
@@ -205,7 +241,9 @@ class RayWorkerIterator(DatasetIterator[Any]):
             self._wait_started()
             kind, value, state = self._next_message()
         except WorkerDiedError as exc:
-            if not self._restart or self._restarts >= _MAX_RESTARTS:
+            if self._closed or self._stopping:  # closed by another thread while this waited
+                raise closed_error("RayWorkerIterator") from None
+            if not self._restart or self._restarts >= _MAX_RESTARTS or self._cluster_gone():
                 raise
             self._relaunch(exc)
             return next(self)
@@ -215,7 +253,7 @@ class RayWorkerIterator(DatasetIterator[Any]):
             self._ended = True
             raise StopIteration
         if kind == ERROR:
-            raise worker_errors.rebuild(value, self._index, self._count)
+            raise worker_errors.rebuild(value, self._index, self._count, self.node)
         return value
 
     def _relaunch(self, exc: WorkerDiedError) -> None:
@@ -256,11 +294,13 @@ class RayWorkerIterator(DatasetIterator[Any]):
                 self._move_to(before)
                 self._ended = ended
         except WorkerDiedError:
+            if self._cluster_gone():
+                raise
             self._finalizer()
             self._launch(state)
             return
         if refused is not None:
-            raise worker_errors.rebuild(refused, self._index, self._count)
+            raise worker_errors.rebuild(refused, self._index, self._count, self.node)
 
     def _move_to(self, state: Any) -> worker_errors.Report | None:
         """Sends the worker to ``state``, dropping what it made ahead; its error if refused."""
@@ -297,14 +337,15 @@ class RayWorkerIterator(DatasetIterator[Any]):
     def begin_stop(self) -> None:
         """Stops the actor now (``close`` does too); it makes nothing more."""
         if not self._closed:
+            self._stopping = True
             self._finalizer()
 
     def close(self) -> None:
         if not self._closed:
+            self._closed = self._stopping = True
             self._finalizer()
             self._received.clear()
             self._in_flight.clear()
-        self._closed = True
 
     def __repr__(self) -> str:
         return (

@@ -58,21 +58,26 @@ def report(exc: BaseException) -> Report:
     return pickled, full, short_traceback(exc)
 
 
-def rebuild(value: Report, worker: int, count: int) -> BaseException:
-    """The worker's exception, with a note naming the worker and holding its traceback."""
+def rebuild(value: Report, worker: int, count: int, node: str | None = None) -> BaseException:
+    """The worker's exception, with a note naming the worker (and the node of a Ray
+    worker) and holding its traceback."""
     pickled, full, _ = value
     exc: BaseException
     try:
         exc = cloudpickle.loads(pickled) if pickled is not None else RuntimeError(full)
     except Exception:
         exc = RuntimeError(full)
-    add_note(exc, traceback_note(value, worker, count))
+    add_note(exc, traceback_note(value, worker, count, node))
     return exc
 
 
-def traceback_note(value: Report, worker: int, count: int) -> str:
+def traceback_note(value: Report, worker: int, count: int, node: str | None = None) -> str:
     """The note naming the worker, with its short (or full, if asked for) traceback."""
-    where = f"chute: raised in worker process {worker} of {count}."
+    where = (
+        f"chute: raised in worker process {worker} of {count}."
+        if node is None
+        else f"chute: raised in Ray worker {worker} of {count} on {node}."
+    )
     if os.environ.get(FULL_ENV, "") not in ("", "0"):
         return f"{where} The worker's full traceback:\n{value[1]}"
     return (

@@ -1,0 +1,308 @@
+"""chute's workers on Ray against chute's local workers, Ray Data, and the limit.
+
+    bash benchmarks/run ray
+
+On one local Ray cluster of 2 CPUs (this machine's cores), side by side in one run:
+
+* ``cpu``: ``range(N).map(work).to_iter_dataset().batch(32)``, ``work`` about 1 ms of
+  pure Python (``bench_workers``' calibrated function);
+* ``images``: ``range(N).map(image).to_iter_dataset().batch(32)``, ``image(i)`` a seeded
+  random 224x224x3 uint8 image (``bench_workers``' images workload).
+
+Each with chute's local workers (``mp_prefetch``, 2 workers), chute on Ray
+(``executor=RayExecutor()``, 2 workers), Ray Data written as its docs show
+(``ray.data.range(N).map(fn).iter_batches(batch_size=32)``, 2 CPUs), and the limit
+(2 bare forked processes doing only the work).  Then:
+
+* the time to the first batch, chute on Ray against Ray Data;
+* what each guarantees, tested here: the same order in two runs, an exact mid-epoch
+  resume, a resume into another worker count, a killed worker losing nothing;
+* the consumer's cost: CPU seconds this process spends per batch received from Ray
+  workers (tiny batches and image batches), and from it the most batches per second one
+  training process can take in, i.e. how many workers it can absorb.
+"""
+
+# bench-requires: ray[data]>=2.40 pandas
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+import common
+import runners
+from common import Impl, Ratio
+from workers.cpu import calibrate, work
+from workers.harness import BATCH, WORKERS, image_hashes
+from workers.images import image
+
+TARGETS = {
+    "cpu chute on ray/chute local": 0.7,
+    "images chute on ray/chute local": 0.7,
+    "cpu chute on ray/ray data": 2.0,
+    "images chute on ray/ray data": 2.0,
+}
+CPU_N = 2048
+IMAGES_N = 2048
+FIRST_BATCH_TARGET = 0.2  # chute on Ray's time to the first batch / Ray Data's, at most
+
+
+def _chute_pipeline(chute: Any, fn: Any, n: int, executor: Any) -> Any:
+    ds = chute.MapDataset.range(n).map(fn).to_iter_dataset().batch(BATCH)
+    return ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=WORKERS), executor=executor)
+
+
+def _ray_data(ray: Any, fn: Any, n: int) -> Any:
+    """Ray Data as its docs show a per-row transform: read, map, iterate batches."""
+    ds = ray.data.range(n).map(lambda row: {"x": fn(row["id"])})
+    return (b["x"] for b in ds.iter_batches(batch_size=BATCH, batch_format="numpy"))
+
+
+def _impls(chute: Any, ray: Any, name: str, fn: Any, n: int) -> list[Impl]:
+    executor = chute.RayExecutor()
+    return [
+        Impl("chute local", lambda: iter(_chute_pipeline(chute, fn, n, None)), n),
+        Impl("chute on ray", lambda: iter(_chute_pipeline(chute, fn, n, executor)), n),
+        Impl("ray data", lambda: _ray_data(ray, fn, n), n),
+        Impl(
+            "limit",
+            lambda: runners.bare_processes(runners.bare_map(fn, n, WORKERS), WORKERS),
+            n,
+            note="2 bare forked processes, the work only",
+        ),
+    ]
+
+
+def _digest(batch: Any) -> Any:
+    return image_hashes(batch) if getattr(batch, "ndim", 0) == 4 else np.asarray(batch)
+
+
+def _check(impls: list[Impl], name: str) -> None:
+    outputs = {i.name: common.collect(i, _digest) for i in impls if i.name != "limit"}
+    ref = outputs["chute local"]
+    impls[0].check = "reference"
+    for impl in impls[1:]:
+        if impl.name == "limit":
+            impl.check = "ok"
+            continue
+        out = outputs[impl.name]
+        if out is None or ref is None:
+            continue
+        in_order = len(out) == len(ref) and all(np.array_equal(a, b) for a, b in zip(out, ref))
+        same_set = sorted(map(bytes, map(np.ascontiguousarray, _rows(out)))) == sorted(
+            map(bytes, map(np.ascontiguousarray, _rows(ref)))
+        )
+        impl.check = "ok" if in_order or (impl.name == "ray data" and same_set) else "DIFFERENT"
+        if impl.name == "ray data" and same_set and not in_order:
+            impl.note = "same elements, another order"
+    common.report_check(impls, "chute local", f"{name}: every batch (Ray Data: every element)")
+
+
+def _rows(batches: list[Any]) -> list[Any]:
+    return [row for b in batches for row in np.asarray(b)]
+
+
+# -- the guarantees, tested ----------------------------------------------------------------
+
+
+def _killed_once(marker: str, victim: int, fn: Any, x: int) -> Any:
+    if x == victim and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return fn(x)
+
+
+def _flat(batches: Any) -> list[int]:
+    return [int(v) for b in batches for v in np.asarray(b).ravel()]
+
+
+def guarantees(chute: Any, ray: Any) -> list[tuple[str, str, str]]:
+    """(guarantee, chute on Ray, Ray Data): each tried here, on a 600-element pipeline."""
+    n = 600
+    fn = functools.partial(int.__mul__, 3)
+    expected = [3 * i for i in range(n)]
+    executor = chute.RayExecutor()
+
+    def chute_run(workers: int = WORKERS, map_fn: Any = fn) -> Any:
+        ds = chute.MapDataset.range(n).seed(0).shuffle().to_iter_dataset().map(map_fn)
+        options = chute.MultiprocessingOptions(num_workers=workers)
+        return ds.mp_prefetch(options, executor=executor)
+
+    def ray_run(map_fn: Any = fn) -> list[int]:
+        ds = ray.data.range(n).random_shuffle(seed=0).map(lambda r: {"x": map_fn(r["id"])})
+        return _flat(b["x"] for b in ds.iter_batches(batch_size=BATCH, batch_format="numpy"))
+
+    rows = []
+    first, second = list(chute_run()), list(chute_run())
+    ray_first, ray_second = ray_run(), ray_run()
+    rows.append((
+        "same order in two runs",
+        _yes(first == second),
+        _yes(ray_first == ray_second),
+    ))  # fmt: skip
+    with iter(chute_run()) as it:
+        head = [next(it) for _ in range(250)]
+        state = it.get_state()
+    with iter(chute_run()) as it:
+        it.set_state(state)
+        exact = head + list(it) == first
+    rows.append(("exact mid-epoch resume", _yes(exact), "no: no iterator state in its API"))
+    with iter(chute_run(workers=3)) as it:
+        it.set_state(state)
+        other_count = head + list(it) == first
+    rows.append(("resume into another worker count", _yes(other_count), "no: nothing to resume"))
+    marker = os.path.join(tempfile.mkdtemp(), "killed")
+    killed = list(chute_run(map_fn=functools.partial(_killed_once, marker, 123, fn)))
+    os.remove(marker)
+    ray_killed = ray_run(functools.partial(_killed_once, marker, 123, fn))
+    rows.append((
+        "a killed worker loses nothing (SIGKILL mid-epoch)",
+        _yes(killed == first, "every element once, in order"),
+        _yes(sorted(ray_killed) == expected, "every element once (task retried)"),
+    ))  # fmt: skip
+    return rows
+
+
+def _yes(ok: bool, how: str = "") -> str:
+    return ("yes" + (f": {how}" if how else "")) if ok else "NO"
+
+
+# -- the consumer's cost -------------------------------------------------------------------
+
+
+def consumer_cost(chute: Any, executor: Any) -> list[dict[str, Any]]:
+    """CPU seconds this process spends per batch taken from 2 workers, local and on Ray."""
+    out = []
+    cases = {
+        "tiny (32 ints)": (lambda i: i, 20_000),
+        "images (32 x 150 KB)": (image, 1024),
+    }
+    for label, (fn, n) in cases.items():
+        for where, ex in (("local", None), ("ray", executor)):
+            common.wait_quiet()
+            it = iter(_chute_pipeline(chute, fn, n, ex))
+            next(it)  # started
+            cpu, wall, batches = time.process_time(), time.perf_counter(), 0
+            for _ in it:
+                batches += 1
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            common.close(it)
+            out.append({
+                "batches": label,
+                "workers": where,
+                "consumer_cpu_ms_per_batch": 1e3 * cpu / batches,
+                "batches_per_s": batches / wall,
+                "ceiling_batches_per_s": batches / cpu if cpu else None,
+            })  # fmt: skip
+    return out
+
+
+def _ratio(name: str, label: str, a: Impl, b: Impl) -> Ratio:
+    return Ratio(f"{name} {label}", a, b, TARGETS.get(f"{name} {label}"))
+
+
+# -- main -----------------------------------------------------------------------------------
+
+
+def main() -> int:
+    args = common.parse_args(__doc__.splitlines()[0])
+    import chute
+    import ray
+
+    started = time.perf_counter()
+    env = common.environment()
+    env["ray"] = common.version_of("ray")
+    print(f"ray benchmarks: chute {chute.__version__} vs ray {env['ray']} | 2 CPUs, one cluster")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    iterations, per_call = calibrate()
+    print(f"  work() calibrated: {per_call * 1e3:.2f} ms per call")
+    workloads = {
+        "cpu": (functools.partial(work, iterations=iterations), CPU_N),
+        "images": (image, IMAGES_N),
+    }
+    results: list[dict[str, Any]] = []
+    for name, (fn, n) in workloads.items():
+        print(f"\n[{name}]")
+        impls = _impls(chute, ray, name, fn, n)
+        _check(impls, name)
+        common.time_runs(impls, args.repeats)
+        common.time_first_batch([i for i in impls if i.name != "limit"])
+        local, on_ray, data, limit = impls
+
+        ratios = [
+            _ratio(name, "chute on ray/chute local", on_ray, local),
+            _ratio(name, "chute on ray/ray data", on_ray, data),
+            _ratio(name, "chute on ray/limit", on_ray, limit),
+            _ratio(name, "chute local/limit", local, limit),
+        ]
+        common.mark_invalid(ratios)
+        rows = [
+            [
+                name,
+                i.name,
+                common.fmt_num(i.rate()),
+                f"{i.median:.2f}" if i.median else "-",
+                f"{i.spread():.0%}" if i.spread() is not None else "-",
+                f"{1e3 * statistics.median(i.first_batch):.0f}" if i.first_batch else "-",
+                i.check,
+                i.note,
+            ]
+            for i in impls
+        ]
+        common.print_table(
+            ["bench", "impl", "elements/s", "run s", "spread", "1st batch ms", "output", "note"],
+            rows,
+            {2, 3, 4, 5},
+        )
+        first = [statistics.median(i.first_batch) if i.first_batch else None for i in impls]
+        if first[1] and first[2]:
+            print(
+                f"  first batch: chute on Ray {first[1]:.2f} s, Ray Data {first[2]:.2f} s "
+                f"({first[1] / first[2]:.2f} of it; target <= {FIRST_BATCH_TARGET})"
+            )
+        results.append({
+            "name": name, "description": f"{name}, 2 workers, batch {BATCH}", "unit": "elements",
+            "seconds": time.perf_counter() - started, "impls": impls, "ratios": ratios,
+            "first_batch_ratio": first[1] / first[2] if first[1] and first[2] else None,
+        })  # fmt: skip
+
+    print("\n[guarantees] tried on a 600-element shuffled pipeline, 2 workers")
+    table = guarantees(chute, ray)
+    common.print_table(["guarantee", "chute on Ray", "Ray Data"], [list(r) for r in table], set())
+
+    print("\n[consumer] CPU of this process per batch taken from 2 workers")
+    cost = consumer_cost(chute, chute.RayExecutor())
+    common.print_table(
+        ["batches", "workers", "consumer CPU ms/batch", "batches/s now", "ceiling batches/s"],
+        [
+            [
+                c["batches"],
+                c["workers"],
+                f"{c['consumer_cpu_ms_per_batch']:.3f}",
+                f"{c['batches_per_s']:,.0f}",
+                f"{c['ceiling_batches_per_s']:,.0f}" if c["ceiling_batches_per_s"] else "-",
+            ]
+            for c in cost
+        ],
+        {2, 3, 4},
+    )
+    results.append({
+        "name": "guarantees", "description": "tested guarantees", "unit": "-", "seconds": 0.0,
+        "impls": [], "ratios": [], "table": table, "consumer": cost,
+    })  # fmt: skip
+    status = common.finish("ray", args, env, started, results)
+    ray.shutdown()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
