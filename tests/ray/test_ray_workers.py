@@ -246,6 +246,7 @@ def test_close_and_garbage_collection_leave_no_actor_running() -> None:
     prefetched = ds.mp_prefetch(MultiprocessingOptions(2), executor=RayExecutor())
     it = iter(prefetched)
     next(it)
+    it.get_state()  # both workers have started
     assert len(_chute_actors_alive()) == 2
     it.close()
     assert _chute_actors_alive() == []
@@ -330,7 +331,15 @@ def test_more_workers_than_the_cluster_holds_wait_and_the_log_says_why(
     with caplog.at_level(logging.WARNING, logger="chute"):
         it = iter(ds.mp_prefetch(MultiprocessingOptions(2), executor=executor))
         assert next(it) == 0
-        waiting = threading.Thread(target=next, args=(it, None))  # worker 1's turn: it waits
+        raised: list[BaseException] = []
+
+        def wait_for_worker_1() -> None:  # its turn now: it waits for a node
+            try:
+                next(it)
+            except Exception as exc:
+                raised.append(exc)
+
+        waiting = threading.Thread(target=wait_for_worker_1)
         waiting.start()
         for _ in range(100):
             if any("has waited" in r.getMessage() for r in caplog.records):
@@ -339,5 +348,24 @@ def test_more_workers_than_the_cluster_holds_wait_and_the_log_says_why(
         it.close()  # stops the waiting worker too
         waiting.join(timeout=30)
     assert not waiting.is_alive()
+    assert [type(e) for e in raised] == [grain.IteratorClosedError]
     (message,) = [r.getMessage() for r in caplog.records if "has waited" in r.getMessage()]
     assert "Ray worker 1 of 2" in message and "'CPU': 2" in message
+
+
+def test_a_worker_that_cannot_read_its_source_names_the_node_and_the_path(
+    tmp_path: Path,
+) -> None:
+    from chute.experimental import write_array_record
+
+    paths = write_array_record([b"%d" % i for i in range(20)], tmp_path / "data", num_shards=2)
+    source = grain.ArrayRecordDataSource([str(p) for p in paths])
+    ds = grain.MapDataset.source(source).to_iter_dataset()
+    os.remove(paths[1])  # gone from this node after the pipeline was built
+    with iter(ds.mp_prefetch(MultiprocessingOptions(1), executor=RayExecutor())) as it:
+        got = [next(it) for _ in range(10)]
+        with pytest.raises(grain.SourceChangedError) as raised:  # it was there when opened
+            next(it)
+    assert sorted(got, key=int) == [b"%d" % i for i in range(0, 20, 2)]  # the first shard
+    text = str(raised.value) + "\n".join(getattr(raised.value, "__notes__", []))
+    assert str(paths[1]) in text and "Ray worker 0 of 1 on " in text

@@ -137,6 +137,8 @@ class RayWorkerIterator(DatasetIterator[Any]):
 
     def _take(self) -> Any:
         """One more ``take`` call: one element each while the worker is ``_careful``."""
+        if self._cluster_gone():  # a call now would start a new local cluster
+            raise self._died("the connection to the Ray cluster was closed")
         return self._actor.take.remote(1 if self._careful > 0 else _MOST_PER_CALL)
 
     # -- receiving ------------------------------------------------------------------
@@ -147,6 +149,8 @@ class RayWorkerIterator(DatasetIterator[Any]):
         start = time.perf_counter()
         try:
             while True:
+                if not ray.is_initialized():  # ray.get would start a new local cluster
+                    raise self._died("the connection to the Ray cluster was closed")
                 try:
                     return ray.get(ref, timeout=_WAIT_SLICE_S)
                 except ray.exceptions.GetTimeoutError:
@@ -322,8 +326,8 @@ class RayWorkerIterator(DatasetIterator[Any]):
         """Whether an element has arrived (never waits)."""
         if self._closed or self._ended or self._received:
             return True
-        if self._started is not None or not self._in_flight:
-            return False
+        if self._started is not None or not self._in_flight or self._cluster_gone():
+            return self._cluster_gone()  # gone: the next read says so
         done, _ = self._ray.wait([self._in_flight[0]], timeout=0, fetch_local=False)
         return bool(done)
 
