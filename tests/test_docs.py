@@ -139,3 +139,11 @@ def test_seed_blog_dataset_chain_without_workers() -> None:
     batches = list(dataset)
     assert len(batches) == 50
     assert sorted(np.concatenate(batches).tolist()) == list(range(100))
+
+
+def test_ray_example_checkpoints_loses_a_worker_and_resumes() -> None:
+    pytest.importorskip("ray")
+    out = run_example("on_a_ray_cluster.py")
+    assert "Ray workers and local workers yield the same batches: True" in out.stdout
+    assert "resumed from the checkpoint in local workers: identical batch True" in out.stdout
+    assert "restarting it from the last element it delivered" in out.stderr

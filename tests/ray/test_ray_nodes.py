@@ -14,6 +14,9 @@ import chute as grain
 from chute import MultiprocessingOptions, RayExecutor
 
 ray = pytest.importorskip("ray")
+# JAX, when an earlier test started it in this process, warns at every fork; Ray's test
+# cluster starts its nodes' processes from here.
+pytestmark = pytest.mark.filterwarnings(r"ignore:os.fork\(\) was called:RuntimeWarning")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,11 @@ import pytest
 import chute as grain
 from chute import MultiprocessingOptions, RayExecutor, WorkerDiedError
 
-pytestmark = pytest.mark.usefixtures("local_ray")
+pytestmark = [
+    pytest.mark.usefixtures("local_ray"),
+    # JAX, when an earlier test started it in this process, warns at every fork.
+    pytest.mark.filterwarnings(r"ignore:os.fork\(\) was called:RuntimeWarning"),
+]
 
 
 def _chute_actors_alive() -> list[Any]:
