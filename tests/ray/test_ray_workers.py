@@ -373,3 +373,59 @@ def test_a_worker_that_cannot_read_its_source_names_the_node_and_the_path(
     assert sorted(got, key=int) == [b"%d" % i for i in range(0, 20, 2)]  # the first shard
     text = str(raised.value) + "\n".join(getattr(raised.value, "__notes__", []))
     assert str(paths[1]) in text and "Ray worker 0 of 1 on " in text
+
+
+def test_arrays_arrive_without_a_copy_from_the_object_store() -> None:
+    ds = grain.MapDataset.range(8).to_iter_dataset().map(_image).batch(4)
+    with iter(ds.mp_prefetch(MultiprocessingOptions(1), executor=RayExecutor())) as it:
+        batch = next(it)
+    # 4 x 768 B is small: Ray inlines it. A large array is a read-only view of the store.
+    big = grain.MapDataset.range(2).to_iter_dataset().map(lambda x: np.full((512, 1024), x))
+    with iter(big.mp_prefetch(MultiprocessingOptions(1), executor=RayExecutor())) as it:
+        array = next(it)
+    assert batch["pixels"].shape == (4, 16, 16, 3)
+    assert not array.flags.owndata and not array.flags.writeable
+    assert array[0, 0] == 0
+
+
+_STOPPED_BY_SIGTERM = """
+import sys, time
+import ray
+import chute as grain
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+ds = grain.MapDataset.range(10**6).to_iter_dataset().map(lambda x: x)
+it = iter(ds.mp_prefetch(grain.MultiprocessingOptions(2), executor=grain.RayExecutor()))
+next(it)
+it.get_state()
+print("running", flush=True)
+time.sleep(600)
+"""
+
+
+def test_sigterm_stops_the_actors_and_leaves_a_joined_cluster_running(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    import ray
+
+    script = tmp_path / "job.py"
+    script.write_text(_STOPPED_BY_SIGTERM)
+    address = ray.get_runtime_context().gcs_address
+    job = subprocess.Popen(
+        [sys.executable, str(script), address], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert job.stdout is not None and job.stdout.readline().strip() == "running"
+        assert len(_chute_actors_alive()) == 2
+        job.send_signal(signal.SIGTERM)
+        job.wait(timeout=60)  # ended by the signal, whoever handles it
+    finally:
+        job.kill()
+        job.wait()
+        job.stdout.close()  # type: ignore[union-attr]
+    for _ in range(100):
+        if not _chute_actors_alive():
+            break
+        time.sleep(0.1)
+    assert _chute_actors_alive() == []
+    assert ray.is_initialized() and ray.cluster_resources().get("CPU") == 2.0  # still running

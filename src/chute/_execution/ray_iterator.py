@@ -132,14 +132,16 @@ class RayWorkerIterator(DatasetIterator[Any]):
         self._ended = False
         self._received: collections.deque[tuple[str, Any, Any]] = collections.deque()
         self._in_flight: collections.deque[Any] = collections.deque(
-            self._take() for _ in range(self._calls)
+            self._take(first=k == 0) for k in range(self._calls)
         )
 
-    def _take(self) -> Any:
-        """One more ``take`` call: one element each while the worker is ``_careful``."""
+    def _take(self, first: bool = False) -> Any:
+        """One more ``take`` call: one element each while the worker is ``_careful``, and in
+        the first call of a worker (the first batch comes as soon as it is made)."""
         if self._cluster_gone():  # a call now would start a new local cluster
             raise self._died("the connection to the Ray cluster was closed")
-        return self._actor.take.remote(1 if self._careful > 0 else _MOST_PER_CALL)
+        most = 1 if first or self._careful > 0 else _MOST_PER_CALL
+        return self._actor.take.remote(most)
 
     # -- receiving ------------------------------------------------------------------
 
