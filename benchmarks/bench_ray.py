@@ -14,7 +14,8 @@ Each with chute's local workers (``mp_prefetch``, 2 workers), chute on Ray
 (``ray.data.range(N).map(fn).iter_batches(batch_size=32)``, 2 CPUs), and the limit
 (2 bare forked processes doing only the work).  Then:
 
-* the time to the first batch, chute on Ray against Ray Data;
+* the time to the first batch, chute on Ray against Ray Data, and what Ray alone takes to
+  start an empty actor and answer a call (the least a Ray worker's first element costs);
 * what each guarantees, tested here: the same order in two runs, an exact mid-epoch
   resume, a resume into another worker count, a killed worker losing nothing;
 * the consumer's cost: CPU seconds this process spends per batch received from Ray
@@ -50,8 +51,8 @@ TARGETS = {
     "cpu chute on ray/ray data": 2.0,
     "images chute on ray/ray data": 2.0,
 }
-CPU_N = 2048
-IMAGES_N = 2048
+CPU_N = 8192  # 256 batches: about 4 s with 2 local workers
+IMAGES_N = 8192  # 256 batches of 32 x 224x224x3 uint8 (1.2 GB an epoch)
 FIRST_BATCH_TARGET = 0.2  # chute on Ray's time to the first batch / Ray Data's, at most
 
 
@@ -155,7 +156,7 @@ def guarantees(chute: Any, ray: Any) -> list[tuple[str, str, str]]:
         it.set_state(state)
         exact = head + list(it) == first
     rows.append(("exact mid-epoch resume", _yes(exact), "no: no iterator state in its API"))
-    with iter(chute_run(workers=3)) as it:
+    with iter(chute_run(workers=1)) as it:  # the cluster has room for 2 one-CPU workers
         it.set_state(state)
         other_count = head + list(it) == first
     rows.append(("resume into another worker count", _yes(other_count), "no: nothing to resume"))
@@ -171,8 +172,78 @@ def guarantees(chute: Any, ray: Any) -> list[tuple[str, str, str]]:
     return rows
 
 
+def actor_start(ray: Any, trials: int = 3) -> float:
+    """Median seconds for Ray to start an empty actor and answer one call: the least any
+    Ray worker's first element can take."""
+
+    @ray.remote(num_cpus=1)
+    class Empty:
+        def ping(self) -> int:
+            return 1
+
+    times = []
+    for _ in range(trials):
+        common.wait_quiet()
+        start = time.perf_counter()
+        actor = Empty.remote()  # type: ignore[attr-defined]
+        ray.get(actor.ping.remote())
+        times.append(time.perf_counter() - start)
+        ray.kill(actor)
+    return statistics.median(times)
+
+
 def _yes(ok: bool, how: str = "") -> str:
     return ("yes" + (f": {how}" if how else "")) if ok else "NO"
+
+
+# -- where the time goes -------------------------------------------------------------------
+
+
+def _cpu_by_role() -> dict[str, float]:
+    """CPU seconds so far of this process, its worker processes and Ray's own processes."""
+    import psutil
+
+    me = os.getpid()
+    roles: dict[str, float] = {}
+    for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline", "cpu_times"]):
+        try:
+            info = proc.info
+            command = " ".join(info["cmdline"] or [])
+            times = info["cpu_times"]
+        except (psutil.Error, TypeError):
+            continue
+        if times is None:
+            continue
+        if info["pid"] == me:
+            role = "consumer (this process)"
+        elif "RayWorker" in command or "default_worker" in command or info["ppid"] == me:
+            role = "workers"
+        elif "ray" in command or info["name"] in ("raylet", "gcs_server"):
+            role = "Ray's own processes"
+        else:
+            continue
+        roles[role] = roles.get(role, 0.0) + times.user + times.system
+    return roles
+
+
+def where_time_goes(chute: Any, fn: Any, n: int) -> list[list[str]]:
+    """One epoch with local workers and one on Ray: the CPU seconds of each role."""
+    rows = []
+    for label, executor in (("local", None), ("ray", chute.RayExecutor())):
+        common.wait_quiet()
+        before, start = _cpu_by_role(), time.perf_counter()
+        it = iter(_chute_pipeline(chute, fn, n, executor))
+        for _ in it:
+            pass
+        wall = time.perf_counter() - start
+        common.close(it)
+        after = _cpu_by_role()
+        used = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        rows.append([label, f"{wall:.2f}"] + [
+            f"{used.get(k, 0.0):.2f}"
+            for k in ("workers", "consumer (this process)", "Ray's own processes")
+        ])  # fmt: skip
+    return rows
 
 
 # -- the consumer's cost -------------------------------------------------------------------
@@ -263,16 +334,25 @@ def main() -> int:
             rows,
             {2, 3, 4, 5},
         )
+        print(f"  where the time goes: CPU seconds of one epoch ({n:,} elements), by process")
+        common.print_table(
+            ["  workers at", "wall s", "workers", "consumer", "Ray's processes"],
+            where_time_goes(chute, fn, n),
+            {1, 2, 3, 4},
+        )
         first = [statistics.median(i.first_batch) if i.first_batch else None for i in impls]
+        empty = actor_start(ray)
         if first[1] and first[2]:
             print(
                 f"  first batch: chute on Ray {first[1]:.2f} s, Ray Data {first[2]:.2f} s "
-                f"({first[1] / first[2]:.2f} of it; target <= {FIRST_BATCH_TARGET})"
+                f"({first[1] / first[2]:.2f} of it; target <= {FIRST_BATCH_TARGET}); "
+                f"Ray alone starts an empty actor and answers a call in {empty:.2f} s"
             )
         results.append({
             "name": name, "description": f"{name}, 2 workers, batch {BATCH}", "unit": "elements",
             "seconds": time.perf_counter() - started, "impls": impls, "ratios": ratios,
             "first_batch_ratio": first[1] / first[2] if first[1] and first[2] else None,
+            "empty_actor_start_s": empty,
         })  # fmt: skip
 
     print("\n[guarantees] tried on a 600-element shuffled pipeline, 2 workers")

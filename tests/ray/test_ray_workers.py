@@ -234,15 +234,17 @@ def _fails_to_start(index: int, count: int) -> None:
     raise RuntimeError(f"no GPU on worker {index}")
 
 
-def test_a_worker_that_cannot_start_raises_worker_died_with_its_error() -> None:
+def test_a_worker_that_cannot_start_raises_worker_died_with_its_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     ds = grain.MapDataset.range(4).to_iter_dataset()
     prefetched = ds.mp_prefetch(
-        MultiprocessingOptions(1, restart_workers=False),
-        worker_init_fn=_fails_to_start,
-        executor=RayExecutor(restart_workers=False),
+        MultiprocessingOptions(1), worker_init_fn=_fails_to_start, executor=RayExecutor()
     )
-    with pytest.raises(WorkerDiedError, match="could not start: RuntimeError: no GPU on worker 0"):
-        list(prefetched)
+    with caplog.at_level(logging.WARNING, logger="chute"):
+        with pytest.raises(WorkerDiedError, match="could not start: RuntimeError: no GPU on worker 0"):
+            list(prefetched)
+    assert not [r for r in caplog.records if "restarting" in r.getMessage()]  # it would fail again
 
 
 def test_close_and_garbage_collection_leave_no_actor_running() -> None:

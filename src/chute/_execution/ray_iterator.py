@@ -249,7 +249,13 @@ class RayWorkerIterator(DatasetIterator[Any]):
         except WorkerDiedError as exc:
             if self._closed or self._stopping:  # closed by another thread while this waited
                 raise closed_error("RayWorkerIterator") from None
-            if not self._restart or self._restarts >= _MAX_RESTARTS or self._cluster_gone():
+            could_not_start = hasattr(exc, "worker_exception")  # it would fail again
+            if (
+                could_not_start
+                or not self._restart
+                or self._restarts >= _MAX_RESTARTS
+                or self._cluster_gone()
+            ):
                 raise
             self._relaunch(exc)
             return next(self)

@@ -94,6 +94,8 @@ class RayWorker:
     def take(self, most: int) -> tuple[list[tuple[str, Any, Any]], Any]:
         """Up to ``most`` messages (see the module docstring), and the statistics when due."""
         it, out = self._it, list[tuple[str, Any, Any]]()
+        if it is None:  # the pipeline could not load: start() said why, the parent raised
+            return out, None
         clock = time.perf_counter
         deadline, held = clock() + CALL_SECONDS, 0
         while len(out) < most:
