@@ -199,49 +199,54 @@ def _yes(ok: bool, how: str = "") -> str:
 # -- where the time goes -------------------------------------------------------------------
 
 
-def _cpu_by_role() -> dict[str, float]:
-    """CPU seconds so far of this process, its worker processes and Ray's own processes."""
+def _cpu_by_process() -> dict[int, tuple[str, float]]:
+    """The role and CPU seconds so far of this process, its workers and Ray's processes."""
     import psutil
 
     me = os.getpid()
-    roles: dict[str, float] = {}
-    for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline", "cpu_times"]):
-        try:
-            info = proc.info
-            command = " ".join(info["cmdline"] or [])
-            times = info["cpu_times"]
-        except (psutil.Error, TypeError):
-            continue
+    mine = {p.pid for p in psutil.Process(me).children(recursive=True)}
+    out: dict[int, tuple[str, float]] = {}
+    for proc in psutil.process_iter(["pid", "name", "cmdline", "cpu_times"]):
+        info = proc.info
+        command, times = " ".join(info["cmdline"] or []), info["cpu_times"]
         if times is None:
             continue
         if info["pid"] == me:
-            role = "consumer (this process)"
-        elif "RayWorker" in command or "default_worker" in command or info["ppid"] == me:
+            role = "consumer"
+        elif command.startswith("ray::RayWorker"):  # chute's actors (Ray sets the title)
             role = "workers"
-        elif "ray" in command or info["name"] in ("raylet", "gcs_server"):
-            role = "Ray's own processes"
+        elif command.startswith("ray::") or info["name"] in ("raylet", "gcs_server"):
+            role = "ray"
+        elif "multiprocessing" in command and info["pid"] in mine:  # local workers
+            role = "workers"
+        elif "/ray/" in command or "ray." in command:
+            role = "ray"
+        elif info["pid"] in mine:
+            role = "workers"
         else:
             continue
-        roles[role] = roles.get(role, 0.0) + times.user + times.system
-    return roles
+        out[info["pid"]] = (role, times.user + times.system)
+    return out
 
 
 def where_time_goes(chute: Any, fn: Any, n: int) -> list[list[str]]:
-    """One epoch with local workers and one on Ray: the CPU seconds of each role."""
+    """One epoch with local workers and one on Ray: the CPU seconds of each role, read
+    before the workers stop (a process's CPU time goes with it)."""
     rows = []
     for label, executor in (("local", None), ("ray", chute.RayExecutor())):
         common.wait_quiet()
-        before, start = _cpu_by_role(), time.perf_counter()
+        before, start = _cpu_by_process(), time.perf_counter()
         it = iter(_chute_pipeline(chute, fn, n, executor))
         for _ in it:
             pass
         wall = time.perf_counter() - start
+        after = _cpu_by_process()
         common.close(it)
-        after = _cpu_by_role()
-        used = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+        used: dict[str, float] = {}
+        for pid, (role, cpu) in after.items():
+            used[role] = used.get(role, 0.0) + cpu - before.get(pid, (role, 0.0))[1]
         rows.append([label, f"{wall:.2f}"] + [
-            f"{used.get(k, 0.0):.2f}"
-            for k in ("workers", "consumer (this process)", "Ray's own processes")
+            f"{used.get(k, 0.0):.2f}" for k in ("workers", "consumer", "ray")
         ])  # fmt: skip
     return rows
 
