@@ -31,33 +31,22 @@ def worker(
     is the local workers' shared-memory batching (Ray's object store carries
     a batch without it); a Ray executor's ``restart_workers`` adds to ``restart``.
     """
+    shared: dict[str, Any] = {
+        "index": index,
+        "count": count,
+        "seed": seed,
+        "buffer_size": buffer_size,
+        "worker_init_fn": worker_init_fn,
+        "state": state,
+    }
     if executor is None:
         from chute._execution.worker_process import WorkerIterator
 
-        return WorkerIterator(
-            dataset,
-            index=index,
-            count=count,
-            buffer_size=buffer_size,
-            worker_init_fn=worker_init_fn,
-            state=state,
-            seed=seed,
-            restart=restart,
-            stack_batches=stack_batches,
-        )
+        return WorkerIterator(dataset, restart=restart, stack_batches=stack_batches, **shared)
     from chute._execution.ray_iterator import RayWorkerIterator
 
-    return RayWorkerIterator(
-        dataset,
-        executor=executor,
-        index=index,
-        count=count,
-        seed=seed,
-        buffer_size=buffer_size,
-        worker_init_fn=worker_init_fn,
-        state=state,
-        restart=restart or executor.restart_workers,
-    )
+    restart = restart or executor.restart_workers
+    return RayWorkerIterator(dataset, executor=executor, restart=restart, **shared)
 
 
 def check_executor(executor: object, where: str) -> RayExecutor | None:

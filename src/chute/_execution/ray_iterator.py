@@ -208,17 +208,12 @@ class RayWorkerIterator(DatasetIterator[Any]):
             raise self._failed(report)
         self._state_now = state
 
-    def _failed(self, report: worker_errors.Report) -> WorkerDiedError:
-        exc = worker_errors.rebuild(report, self._index, self._count, self.node)
-        error = WorkerDiedError(
-            f"chute Ray worker {self._index} of {self._count} on {self.node} could not start: "
-            f"{type(exc).__name__}: {exc}. Everything the pipeline uses must be picklable, "
-            "importable and readable on every node of the cluster (see the notes)."
+    def _failed(self, report: worker_errors.Report) -> BaseException:
+        who = f"chute Ray worker {self._index} of {self._count} on {self.node}"
+        needs = "picklable, importable and readable on every node of the cluster"
+        return worker_errors.could_not_start(
+            report, self._index, self._count, who, needs, self.node
         )
-        for note in getattr(exc, "__notes__", []):
-            add_note(error, note)
-        error.worker_exception = exc  # type: ignore[attr-defined]
-        return error
 
     def _died(self, why: str) -> WorkerDiedError:
         return WorkerDiedError(

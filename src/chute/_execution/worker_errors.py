@@ -32,7 +32,7 @@ from typing import Any
 
 import cloudpickle
 
-from chute._core.errors import add_note
+from chute._core.errors import WorkerDiedError, add_note
 
 FULL_ENV = "CHUTE_FULL_TRACEBACKS"
 
@@ -69,6 +69,22 @@ def rebuild(value: Report, worker: int, count: int, node: str | None = None) -> 
         exc = RuntimeError(full)
     add_note(exc, traceback_note(value, worker, count, node))
     return exc
+
+
+def could_not_start(
+    report: Report, worker: int, count: int, who: str, needs: str, node: str | None = None
+) -> BaseException:
+    """``WorkerDiedError`` for worker ``who`` that could not start, with its error in the notes
+    and as ``worker_exception``; ``needs`` says what a worker's pipeline must be."""
+    exc = rebuild(report, worker, count, node)
+    error = WorkerDiedError(
+        f"{who} could not start: {type(exc).__name__}: {exc}. Everything the pipeline uses "
+        f"must be {needs} (see the notes)."
+    )
+    for note in getattr(exc, "__notes__", []):
+        add_note(error, note)
+    error.worker_exception = exc  # type: ignore[attr-defined]
+    return error
 
 
 def traceback_note(value: Report, worker: int, count: int, node: str | None = None) -> str:

@@ -206,18 +206,11 @@ class WorkerIterator(DatasetIterator[Any]):
             self._stats, message = message[3], message[:3]
         return message
 
-    def _failed(self, report: worker_errors.Report) -> WorkerDiedError:
+    def _failed(self, report: worker_errors.Report) -> BaseException:
         """The error of a worker that could not start, with the worker's error in its notes."""
-        exc = worker_errors.rebuild(report, self._index, self._count)
-        error = WorkerDiedError(
-            f"chute worker {self._index} of {self._count} could not start: "
-            f"{type(exc).__name__}: {exc}. Everything the pipeline uses must be picklable "
-            "and importable in a fresh process (see the notes)."
-        )
-        for note in getattr(exc, "__notes__", []):
-            add_note(error, note)
-        error.worker_exception = exc  # type: ignore[attr-defined]
-        return error
+        who = f"chute worker {self._index} of {self._count}"
+        needs = "picklable and importable in a fresh process"
+        return worker_errors.could_not_start(report, self._index, self._count, who, needs)
 
     def _died(self) -> WorkerDiedError:
         self._process.join(timeout=1)
