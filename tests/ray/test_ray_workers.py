@@ -241,9 +241,11 @@ def test_a_worker_that_cannot_start_raises_worker_died_with_its_error(
     prefetched = ds.mp_prefetch(
         MultiprocessingOptions(1), worker_init_fn=_fails_to_start, executor=RayExecutor()
     )
-    with caplog.at_level(logging.WARNING, logger="chute"):
-        with pytest.raises(WorkerDiedError, match="could not start: RuntimeError: no GPU on worker 0"):
-            list(prefetched)
+    with (
+        caplog.at_level(logging.WARNING, logger="chute"),
+        pytest.raises(WorkerDiedError, match="could not start: RuntimeError: no GPU on worker 0"),
+    ):
+        list(prefetched)
     assert not [r for r in caplog.records if "restarting" in r.getMessage()]  # it would fail again
 
 
