@@ -192,23 +192,6 @@ def actor_start(ray: Any, trials: int = 3) -> float:
     return statistics.median(times)
 
 
-def cold_first_batch(chute: Any, fn: Any, n: int, trials: int = 3) -> float:
-    """Median seconds to the first batch on Ray when no idle actor is there to reuse."""
-    from chute._execution import ray_iterator
-
-    times = []
-    for _ in range(trials):
-        ray_iterator._idle_actors.drain()
-        common.wait_quiet()
-        start = time.perf_counter()
-        it = iter(_chute_pipeline(chute, fn, n, chute.RayExecutor()))
-        next(it)
-        times.append(time.perf_counter() - start)
-        common.close(it)
-    ray_iterator._idle_actors.drain()
-    return statistics.median(times)
-
-
 def _yes(ok: bool, how: str = "") -> str:
     return ("yes" + (f": {how}" if how else "")) if ok else "NO"
 
@@ -364,20 +347,17 @@ def main() -> int:
         )
         first = [statistics.median(i.first_batch) if i.first_batch else None for i in impls]
         empty = actor_start(ray)
-        cold = cold_first_batch(chute, fn, n)
         if first[1] and first[2]:
             print(
-                f"  first batch: chute on Ray {first[1]:.2f} s with the idle actors of the "
-                f"previous iterator, {cold:.2f} s starting new ones; Ray Data {first[2]:.2f} s "
-                f"({cold / first[2]:.2f} of it cold; target <= {FIRST_BATCH_TARGET}); Ray alone "
-                f"starts an empty actor and answers a call in {empty:.2f} s"
+                f"  first batch: chute on Ray {first[1]:.2f} s, Ray Data {first[2]:.2f} s "
+                f"({first[1] / first[2]:.2f} of it; target <= {FIRST_BATCH_TARGET}); "
+                f"Ray alone starts an empty actor and answers a call in {empty:.2f} s"
             )
         results.append({
             "name": name, "description": f"{name}, 2 workers, batch {BATCH}", "unit": "elements",
             "seconds": time.perf_counter() - started, "impls": impls, "ratios": ratios,
             "first_batch_ratio": first[1] / first[2] if first[1] and first[2] else None,
             "empty_actor_start_s": empty,
-            "cold_first_batch_s": cold,
         })  # fmt: skip
 
     print("\n[guarantees] tried on a 600-element shuffled pipeline, 2 workers")
