@@ -18,12 +18,3 @@ def local_ray() -> Iterator[Any]:
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     yield ray
     ray.shutdown()
-
-
-@pytest.fixture(autouse=True)
-def _no_idle_actors_between_tests() -> Iterator[None]:
-    """Each test starts without idle actors of earlier tests (they would hold CPUs)."""
-    yield
-    from chute._execution import ray_iterator
-
-    ray_iterator._idle_actors.drain()

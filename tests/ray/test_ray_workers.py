@@ -249,41 +249,20 @@ def test_a_worker_that_cannot_start_raises_worker_died_with_its_error(
     assert not [r for r in caplog.records if "restarting" in r.getMessage()]  # it would fail again
 
 
-def _wait_for_no_actors(seconds: float = 10.0) -> list[Any]:
-    deadline = time.monotonic() + seconds
-    while _chute_actors_alive() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return _chute_actors_alive()
-
-
-def test_closed_iterators_actors_serve_the_next_iterator_then_stop(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    from chute._execution import ray_iterator
-
-    monkeypatch.setattr(ray_iterator, "_IDLE_S", 1.0)
+def test_close_and_garbage_collection_leave_no_actor_running() -> None:
     ds = grain.MapDataset.range(100).to_iter_dataset().map(_times_ten)
     prefetched = ds.mp_prefetch(MultiprocessingOptions(2), executor=RayExecutor())
     it = iter(prefetched)
     next(it)
     it.get_state()  # both workers have started
-    first = {a["ActorID"] for a in _chute_actors_alive()}
-    assert len(first) == 2
-    it.close()  # the actors wait idle for the next epoch...
-    with iter(prefetched) as again:
-        assert list(again) == [x * 10 for x in range(100)]
-        assert {a["ActorID"] for a in _chute_actors_alive()} == first  # ...which reuses them
-    assert _wait_for_no_actors() == []  # and stop when none came for _IDLE_S
-
-
-def test_garbage_collection_stops_the_actors() -> None:
-    ds = grain.MapDataset.range(100).to_iter_dataset().map(_times_ten)
-    it = iter(ds.mp_prefetch(MultiprocessingOptions(2), executor=RayExecutor()))
+    assert len(_chute_actors_alive()) == 2
+    it.close()
+    assert _chute_actors_alive() == []
+    it = iter(prefetched)
     next(it)
-    it.get_state()
     del it
     gc.collect()
-    assert _wait_for_no_actors(seconds=5) == []
+    assert _chute_actors_alive() == []
 
 
 def test_a_restore_the_actor_refuses_raises_and_leaves_the_position_alone() -> None:

@@ -188,9 +188,7 @@ class RayExecutor:
             default: on a cluster, nodes come and go.  Three deaths of one
             worker without an element in between raise ``WorkerDiedError``.
 
-    A closed iterator's actors wait idle for 10 s for the next iterator with
-    the same resources (the next epoch starts without starting actors), then
-    stop.  Sources must be readable on every node: paths on a shared filesystem, or
+    Sources must be readable on every node: paths on a shared filesystem, or
     object-store URLs (``s3://``, ``gs://``, ``https://``), the way that works
     anywhere.  Every node needs chute and the pipeline's imports installed.
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import threading
 import time
 import weakref
 from typing import Any
@@ -45,8 +44,6 @@ _MAX_RESTARTS = 3  # deaths of one worker without an element delivered in betwee
 _MOST_PER_CALL = 256  # elements one call may carry (its time and bytes bound it first)
 _WAIT_SLICE_S = 5.0  # how long one wait for a result lasts before the actor is checked
 
-_IDLE_S = 10.0  # how long a closed iterator's actors wait for a later iterator to reuse them
-
 _actor_classes: dict[int, Any] = {}
 
 
@@ -67,63 +64,6 @@ def _kill(ray: Any, actor: Any) -> None:
             ray.kill(actor, no_restart=True)
     except Exception:  # gone already, or the cluster is: nothing left to stop
         pass
-
-
-class _IdleActors:
-    """Actors of closed iterators, kept ``_IDLE_S`` for a later iterator (the next epoch, or
-    another pipeline with the same resources) instead of starting new ones, then stopped.
-
-    Starting an actor costs Ray about half a second; an epoch's ``iter()`` would pay it
-    every time.  An idle actor keeps its resources reserved, so when a worker waits for a
-    node with room, every idle actor is stopped at once (``drain``).
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._idle: dict[Any, list[tuple[float, Any, Any]]] = {}  # key: [(since, ray, actor)]
-        self._timer: threading.Timer | None = None
-
-    def park(self, key: Any, ray: Any, actor: Any) -> None:
-        actor.unload.remote()  # runs after the calls in flight; the pipeline closes there
-        with self._lock:
-            self._idle.setdefault(key, []).append((time.monotonic(), ray, actor))
-            if self._timer is None:
-                self._timer = threading.Timer(_IDLE_S, self._expire)
-                self._timer.daemon = True
-                self._timer.start()
-
-    def take(self, key: Any) -> Any:
-        """An idle actor with these resources, or None."""
-        with self._lock:
-            idle = self._idle.get(key)
-            return idle.pop()[2] if idle else None
-
-    def drain(self) -> int:
-        """Stops every idle actor now; how many there were."""
-        return self._expire(older_than=-1.0)
-
-    def _expire(self, older_than: float | None = None) -> int:
-        """Stops the actors idle for ``older_than`` seconds (``_IDLE_S``); how many."""
-        older_than = _IDLE_S if older_than is None else older_than
-        now, stopped = time.monotonic(), []
-        with self._lock:
-            for key, idle in list(self._idle.items()):
-                stopped += [(ray, a) for since, ray, a in idle if now - since >= older_than]
-                idle[:] = [(t, ray, a) for t, ray, a in idle if now - t < older_than]
-                if not idle:
-                    del self._idle[key]
-            self._timer = None
-            if self._idle:  # some are younger: look again when the oldest expires
-                oldest = min(t for idle in self._idle.values() for t, _, _ in idle)
-                self._timer = threading.Timer(max(0.1, oldest + _IDLE_S - now), self._expire)
-                self._timer.daemon = True
-                self._timer.start()
-        for ray, actor in stopped:
-            _kill(ray, actor)
-        return len(stopped)
-
-
-_idle_actors = _IdleActors()
 
 
 class RayWorkerIterator(DatasetIterator[Any]):
@@ -158,7 +98,6 @@ class RayWorkerIterator(DatasetIterator[Any]):
         self.node = "?"  # where the actor runs, once it said so
         self.moving_s = 0.0  # time spent waiting for and reading results (the statistics)
         self._warned_unplaced = False
-        self._may_reuse = True  # a closed iterator's idle actor may serve (see _IdleActors)
         self._stopping = False  # begin_stop() or close(): nothing is restarted any more
         self._launch(state)
 
@@ -182,19 +121,9 @@ class RayWorkerIterator(DatasetIterator[Any]):
         self._launched_with = state
         seed = worker_seeds.resumed_seed(self._seed, state)
         options = self._executor.actor_options()
-        job = ray.get_runtime_context().get_job_id()  # a new ray.init() is a new job
-        self._key = (job, repr(sorted(options.items())))
-        reused = _idle_actors.take(self._key) if self._may_reuse else None
-        self._reused, self._dead = reused is not None, False
-        if reused is not None:
-            self._actor = reused
-            self._actor.load.remote(self._job, self._index, self._count, seed)
-        else:
-            self._actor = (
-                _actor_class(ray)
-                .options(**options)
-                .remote(self._job, self._index, self._count, seed)
-            )
+        self._actor = (
+            _actor_class(ray).options(**options).remote(self._job, self._index, self._count, seed)
+        )
         self._finalizer = weakref.finalize(self, _kill, ray, self._actor)
         shutdown.on_terminate(self._finalizer)
         shutdown.install()
@@ -252,8 +181,6 @@ class RayWorkerIterator(DatasetIterator[Any]):
         except Exception:  # not there in this version of Ray: nothing to say
             return
         if state in ("PENDING_CREATION", "DEPENDENCIES_UNREADY"):
-            if _idle_actors.drain():  # idle actors held resources: they are free now
-                return
             self._warned_unplaced = True
             logger.warning(
                 "chute: Ray worker %d of %d has waited %.0f s for a node with %s free; it "
@@ -275,16 +202,7 @@ class RayWorkerIterator(DatasetIterator[Any]):
         """The actor's first message: where it runs and the state it starts at."""
         if self._started is None:
             return
-        try:
-            kind, report, state, node = self._get(self._started)
-        except WorkerDiedError:
-            if not self._reused or self._cluster_gone():
-                raise
-            self._finalizer()  # an idle actor that died while it waited: start a new one
-            self._may_reuse = False
-            self._launch(self._launched_with)
-            self._may_reuse = True
-            return self._wait_started()
+        kind, report, state, node = self._get(self._started)
         self._started, self.node = None, node
         if kind == FAILED:
             raise self._failed(report)
@@ -298,7 +216,6 @@ class RayWorkerIterator(DatasetIterator[Any]):
         )
 
     def _died(self, why: str) -> WorkerDiedError:
-        self._dead = True  # this actor is never reused
         return WorkerDiedError(
             f"chute Ray worker {self._index} of {self._count} on {self.node} died ({why}). "
             "Restore the last state to go on."
@@ -425,32 +342,17 @@ class RayWorkerIterator(DatasetIterator[Any]):
                 self._in_flight.append(self._take())
 
     def begin_stop(self) -> None:
-        """Stops the worker now (``close`` does too); it makes nothing more."""
-        if not self._closed and not self._stopping:
+        """Stops the actor now (``close`` does too); it makes nothing more."""
+        if not self._closed:
             self._stopping = True
-            self._release()
+            self._finalizer()
 
     def close(self) -> None:
         if not self._closed:
-            if not self._stopping:
-                self._release()
             self._closed = self._stopping = True
+            self._finalizer()
             self._received.clear()
             self._in_flight.clear()
-
-    def _release(self) -> None:
-        """A healthy actor waits idle for a later iterator; any other is stopped."""
-        healthy = (
-            self._started is None
-            and not self._dead
-            and not self._cluster_gone()
-            and self._finalizer.alive
-        )
-        if healthy:
-            self._finalizer.detach()  # the idle actors own it now
-            _idle_actors.park(self._key, self._ray, self._actor)
-        else:
-            self._finalizer()
 
     def __repr__(self) -> str:
         return (

@@ -46,20 +46,13 @@ class RayWorker:
     """Worker ``index`` of ``count``: ``job`` is ``(dataset, worker_init_fn)``, pickled.
 
     The constructor never raises: a pipeline that cannot load is reported by
-    ``start`` as ``FAILED``, with its error, as a local worker reports it.  An
-    idle actor (``unload``) takes another pipeline with ``load``: a later
-    iterator reuses it instead of starting a process.
+    ``start`` as ``FAILED``, with its error, as a local worker reports it.
     """
 
     def __init__(self, job: bytes, index: int, count: int, seed: int) -> None:
         tuning.in_worker_process()
         processes.keep_freed_memory()
         self._it: Any = None
-        self.load(job, index, count, seed)
-
-    def load(self, job: bytes, index: int, count: int, seed: int) -> None:
-        """Loads a pipeline: at the actor's start, and when a later iterator reuses it."""
-        self.unload()
         self._failure: worker_errors.Report | None = None
         self._stats: Any = None
         try:
@@ -73,12 +66,6 @@ class RayWorker:
         except Exception as exc:
             worker_errors.explain_import(exc)
             self._failure = worker_errors.report(exc)
-
-    def unload(self) -> None:
-        """Closes the pipeline (its files, threads); the actor waits idle for another one."""
-        it, self._it = self._it, None
-        if it is not None:
-            it.close()
 
     def start(self, state: dict[str, Any] | None) -> tuple[str, Any, Any, str]:
         """``(READY, None, state, node)`` once at ``state`` (None: the start);
@@ -127,3 +114,8 @@ class RayWorker:
         stats = self._stats
         due = stats is not None and (stats.due or out[-1][0] == END)
         return out, stats.report() if due else None
+
+    def close(self) -> None:
+        """Closes the pipeline (its files, threads); the actor is killed right after."""
+        if self._it is not None:
+            self._it.close()
