@@ -12,7 +12,8 @@ On one local Ray cluster of 2 CPUs (this machine's cores), side by side in one r
 Each with chute's local workers (``mp_prefetch``, 2 workers), chute on Ray
 (``executor=RayExecutor()``, 2 workers), Ray Data written as its docs show
 (``ray.data.range(N).map(fn).iter_batches(batch_size=32)``, 2 CPUs), and the limit
-(2 bare forked processes doing only the work).  Then:
+(2 bare forked processes doing only the work), and the limit of Ray actors (2 bare actors
+that make the same batches and return them, the consumer taking them in turn).  Then:
 
 * the time to the first batch, chute on Ray against Ray Data, and what Ray alone takes to
   start an empty actor and answer a call (the least a Ray worker's first element costs);
@@ -67,12 +68,46 @@ def _ray_data(ray: Any, fn: Any, n: int) -> Any:
     return (b["x"] for b in ds.iter_batches(batch_size=BATCH, batch_format="numpy"))
 
 
+def _bare_ray_actors(ray: Any, fn: Any, n: int) -> Any:
+    """The limit of Ray actors: 2 actors that each make and stack their batches (the same
+    share and batches as chute's workers) and return them, 2 calls in flight each; the
+    consumer takes them in turn.  No pipeline, no states, no checks."""
+
+    @ray.remote(num_cpus=1)
+    class Bare:
+        def batch(self, indices: list[int]) -> Any:
+            return np.stack([np.asarray(fn(i)) for i in indices])
+
+    actors = [Bare.remote() for _ in range(WORKERS)]  # type: ignore[attr-defined]
+    shares = [list(range(w, n, WORKERS)) for w in range(WORKERS)]
+    batches = [[s[k : k + BATCH] for k in range(0, len(s), BATCH)] for s in shares]
+    try:
+        pending = [[a.batch.remote(b) for b in batches[w][:2]] for w, a in enumerate(actors)]
+        nxt = [2] * WORKERS
+        while any(pending):
+            for w, actor in enumerate(actors):
+                if pending[w]:
+                    yield ray.get(pending[w].pop(0))
+                    if nxt[w] < len(batches[w]):
+                        pending[w].append(actor.batch.remote(batches[w][nxt[w]]))
+                        nxt[w] += 1
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+
+
 def _impls(chute: Any, ray: Any, name: str, fn: Any, n: int) -> list[Impl]:
     executor = chute.RayExecutor()
     return [
         Impl("chute local", lambda: iter(_chute_pipeline(chute, fn, n, None)), n),
         Impl("chute on ray", lambda: iter(_chute_pipeline(chute, fn, n, executor)), n),
         Impl("ray data", lambda: _ray_data(ray, fn, n), n),
+        Impl(
+            "bare ray actors",
+            lambda: _bare_ray_actors(ray, fn, n),
+            n,
+            note="2 Ray actors making the batches, no pipeline",
+        ),
         Impl(
             "limit",
             lambda: runners.bare_processes(runners.bare_map(fn, n, WORKERS), WORKERS),
@@ -87,11 +122,15 @@ def _digest(batch: Any) -> Any:
 
 
 def _check(impls: list[Impl], name: str) -> None:
-    outputs = {i.name: common.collect(i, _digest) for i in impls if i.name != "limit"}
+    outputs = {
+        i.name: common.collect(i, _digest)
+        for i in impls
+        if i.name not in ("limit", "bare ray actors")
+    }
     ref = outputs["chute local"]
     impls[0].check = "reference"
     for impl in impls[1:]:
-        if impl.name == "limit":
+        if impl.name in ("limit", "bare ray actors"):
             impl.check = "ok"
             continue
         out = outputs[impl.name]
@@ -311,12 +350,14 @@ def main() -> int:
         impls = _impls(chute, ray, name, fn, n)
         _check(impls, name)
         common.time_runs(impls, args.repeats)
-        common.time_first_batch([i for i in impls if i.name != "limit"])
-        local, on_ray, data, limit = impls
+        common.time_first_batch([i for i in impls if i.name not in ("limit", "bare ray actors")])
+        local, on_ray, data, bare, limit = impls
 
         ratios = [
             _ratio(name, "chute on ray/chute local", on_ray, local),
             _ratio(name, "chute on ray/ray data", on_ray, data),
+            _ratio(name, "chute on ray/bare ray actors", on_ray, bare),
+            _ratio(name, "bare ray actors/chute local", bare, local),
             _ratio(name, "chute on ray/limit", on_ray, limit),
             _ratio(name, "chute local/limit", local, limit),
         ]
