@@ -433,3 +433,27 @@ def test_sigterm_stops_the_actors_and_leaves_a_joined_cluster_running(tmp_path: 
         time.sleep(0.1)
     assert _chute_actors_alive() == []
     assert ray.is_initialized() and ray.cluster_resources().get("CPU") == 2.0  # still running
+
+
+_PROFILED = """
+import chute as grain
+
+
+def build():
+    ds = grain.MapDataset.range(400).to_iter_dataset().map(lambda x: x * 2).batch(8)
+    return ds.mp_prefetch(grain.MultiprocessingOptions(2), executor=grain.RayExecutor())
+"""
+
+
+def test_chute_profile_shows_the_ray_workers_and_their_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from chute.cli import main
+
+    (tmp_path / "ray_pipeline.py").write_text(_PROFILED)
+    status = main(["profile", f"{tmp_path / 'ray_pipeline.py'}:build", "--elements", "20",
+                   "--no-suggest"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "mp_prefetch(2 Ray workers)" in out and "map(<lambda>)" in out
+    assert "Ray workers on " in out and "object store" in out
