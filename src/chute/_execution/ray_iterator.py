@@ -40,7 +40,6 @@ logger = logging.getLogger("chute")
 
 __all__ = ["RayWorkerIterator"]
 
-_MAX_RESTARTS = 3  # deaths of one worker without an element delivered in between
 _MOST_PER_CALL = 256  # elements one call may carry (its time and bytes bound it first)
 _WAIT_SLICE_S = 5.0  # how long one wait for a result lasts before the actor is checked
 
@@ -94,7 +93,7 @@ class RayWorkerIterator(DatasetIterator[Any]):
         self._careful = 0
         self._calls = max(1, buffer_size) + 1  # like a local worker's credits
         self._job = self._pickled(dataset, worker_init_fn)
-        self._dataset, self._init_fn = dataset, worker_init_fn
+        self._dataset = dataset
         self.node = "?"  # where the actor runs, once it said so
         self.moving_s = 0.0  # time spent waiting for and reading results (the statistics)
         self._warned_unplaced = False
@@ -139,7 +138,7 @@ class RayWorkerIterator(DatasetIterator[Any]):
         """One more ``take`` call: one element each while the worker is ``_careful``, and in
         the first call of a worker (the first batch comes as soon as it is made)."""
         if self._cluster_gone():  # a call now would start a new local cluster
-            raise self._died("the connection to the Ray cluster was closed")
+            raise self._cluster_closed()
         most = 1 if first or self._careful > 0 else _MOST_PER_CALL
         return self._actor.take.remote(most)
 
@@ -151,13 +150,11 @@ class RayWorkerIterator(DatasetIterator[Any]):
         start = time.perf_counter()
         try:
             while True:
-                if not ray.is_initialized():  # ray.get would start a new local cluster
-                    raise self._died("the connection to the Ray cluster was closed")
+                if self._cluster_gone():  # ray.get would start a new local cluster
+                    raise self._cluster_closed()
                 try:
                     return ray.get(ref, timeout=_WAIT_SLICE_S)
                 except ray.exceptions.GetTimeoutError:
-                    if not ray.is_initialized():
-                        raise self._died("the connection to the Ray cluster was closed") from None
                     self._warn_if_unplaced()
         except ray.exceptions.RayActorError as exc:
             raise self._died(f"{type(exc).__name__}: {_first_line(exc)}") from None
@@ -166,8 +163,8 @@ class RayWorkerIterator(DatasetIterator[Any]):
         except ray.exceptions.ObjectLostError as exc:  # its node left with what it made
             raise self._died(f"its results were lost: {_first_line(exc)}") from None
         except Exception:
-            if not ray.is_initialized():  # ray.shutdown() in this program, or the cluster left
-                raise self._died("the connection to the Ray cluster was closed") from None
+            if self._cluster_gone():  # ray.shutdown() in this program, or the cluster left
+                raise self._cluster_closed() from None
             raise
         finally:
             self.moving_s += time.perf_counter() - start
@@ -216,10 +213,15 @@ class RayWorkerIterator(DatasetIterator[Any]):
         )
 
     def _died(self, why: str) -> WorkerDiedError:
-        return WorkerDiedError(
+        error = WorkerDiedError(
             f"chute Ray worker {self._index} of {self._count} on {self.node} died ({why}). "
             "Restore the last state to go on."
         )
+        error.why = why  # type: ignore[attr-defined]
+        return error
+
+    def _cluster_closed(self) -> WorkerDiedError:
+        return self._died("the connection to the Ray cluster was closed")
 
     def _next_message(self) -> tuple[str, Any, Any]:
         if not self._received:
@@ -248,7 +250,7 @@ class RayWorkerIterator(DatasetIterator[Any]):
             if (
                 could_not_start
                 or not self._restart
-                or self._restarts >= _MAX_RESTARTS
+                or self._restarts >= worker_errors.MAX_RESTARTS
                 or self._cluster_gone()
             ):
                 raise
@@ -269,16 +271,8 @@ class RayWorkerIterator(DatasetIterator[Any]):
         self._careful = self._calls * _MOST_PER_CALL  # what the dead calls may have held
         if self.node == "?":
             self.node = _node_of_actor(self._ray, self._actor)
-        logger.warning(
-            "chute: Ray worker %d of %d on %s died (%s); restarting it from the last element "
-            "it delivered (restart %d of at most %d in a row).",
-            self._index,
-            self._count,
-            self.node,
-            str(exc).split(" died (", 1)[-1].split("). Restore", 1)[0],
-            self._restarts,
-            _MAX_RESTARTS,
-        )
+        who = f"Ray worker {self._index} of {self._count} on {self.node}"
+        worker_errors.warn_restart(who, getattr(exc, "why", str(exc)), self._restarts)
         resume_at = self._state_now if self._state_now is not None else self._launched_with
         self._finalizer()
         self._launch(resume_at)
@@ -327,10 +321,10 @@ class RayWorkerIterator(DatasetIterator[Any]):
 
     def ready(self) -> bool:
         """Whether an element has arrived (never waits)."""
-        if self._closed or self._ended or self._received:
-            return True
-        if self._started is not None or not self._in_flight or self._cluster_gone():
-            return self._cluster_gone()  # gone: the next read says so
+        if self._closed or self._ended or self._received or self._cluster_gone():
+            return True  # (gone: the next read says so)
+        if self._started is not None or not self._in_flight:
+            return False
         done, _ = self._ray.wait([self._in_flight[0]], timeout=0, fetch_local=False)
         return bool(done)
 

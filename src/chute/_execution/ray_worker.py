@@ -114,8 +114,3 @@ class RayWorker:
         stats = self._stats
         due = stats is not None and (stats.due or out[-1][0] == END)
         return out, stats.report() if due else None
-
-    def close(self) -> None:
-        """Closes the pipeline (its files, threads); the actor is killed right after."""
-        if self._it is not None:
-            self._it.close()

@@ -24,6 +24,7 @@ KeyError('missing')
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import threading
@@ -69,6 +70,22 @@ def rebuild(value: Report, worker: int, count: int, node: str | None = None) -> 
         exc = RuntimeError(full)
     add_note(exc, traceback_note(value, worker, count, node))
     return exc
+
+
+# Restarts of one worker without an element delivered in between, before its death is raised.
+MAX_RESTARTS = 3
+
+
+def warn_restart(who: str, how: str, restarts: int) -> None:
+    """Logs that worker ``who`` died (``how``) and starts again from its last element."""
+    logging.getLogger("chute").warning(
+        "chute: %s died (%s); restarting it from the last element it delivered "
+        "(restart %d of at most %d in a row).",
+        who,
+        how,
+        restarts,
+        MAX_RESTARTS,
+    )
 
 
 def could_not_start(

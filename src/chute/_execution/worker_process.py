@@ -50,8 +50,6 @@ __all__ = ["WorkerIterator", "WorkerDiedError"]  # WorkerDiedError: its old home
 # store that stopped answering, a sleep, a lock) and lets it clean up within milliseconds.
 # Only a worker stuck in native code that never returns to Python takes the whole grace.
 STOP_GRACE_S = 0.5
-# Restarts of one worker without an element delivered in between, before its death is raised.
-_MAX_RESTARTS = 3
 
 
 def _stop(process: Any, pipes: list[Any], reader: RingReader, deadline: list[float]) -> None:
@@ -233,7 +231,7 @@ class WorkerIterator(DatasetIterator[Any]):
         try:
             kind, value, state = self._receive()
         except WorkerDiedError as exc:
-            if not self._restart or self._restarts >= _MAX_RESTARTS:
+            if not self._restart or self._restarts >= worker_errors.MAX_RESTARTS:
                 raise
             self._relaunch(exc)
             return next(self)
@@ -254,15 +252,7 @@ class WorkerIterator(DatasetIterator[Any]):
         code = self._process.exitcode
         how = f"signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
         self._restarts += 1
-        logger.warning(
-            "chute: worker %d of %d died (%s); restarting it from the last element it "
-            "delivered (restart %d of at most %d in a row).",
-            self._index,
-            self._count,
-            how,
-            self._restarts,
-            _MAX_RESTARTS,
-        )
+        worker_errors.warn_restart(f"worker {self._index} of {self._count}", how, self._restarts)
         resume_at = self._state_now if self._state_now is not None else self._launched_with
         self._finalizer()
         self._launch(resume_at)

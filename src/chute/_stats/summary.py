@@ -174,6 +174,7 @@ def build(collector: Any) -> ExecutionSummary:
     work = sum(f["self_ns"] for _, _, f in rows if f is not None and not f["fill_samples"])
     stages = tuple(_stage(node, where, figures, work) for node, where, figures in rows)
     outer = collector.outer.snapshot()
+    ray = collector.ray_workers()
     summary = ExecutionSummary(
         stages=stages,
         wall_seconds=outer["wall_ns"] / 1e9,
@@ -182,14 +183,9 @@ def build(collector: Any) -> ExecutionSummary:
         workers=collector.worker_count(),
         cpu_count=usable_cores(),
         verdict="",
+        ray_nodes=tuple(node for node, _ in ray),
+        moving_seconds=sum((seconds for _, seconds in ray), 0.0),
     )
-    ray: list[tuple[str, float]] = getattr(collector, "ray_workers", list)()
-    if ray:
-        summary = dataclasses.replace(
-            summary,
-            ray_nodes=tuple(node for node, _ in ray),
-            moving_seconds=sum(seconds for _, seconds in ray),
-        )
     return dataclasses.replace(summary, verdict=verdict(summary))
 
 
