@@ -17,8 +17,10 @@ raises rather than return records from another version of it.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -28,7 +30,9 @@ import numpy as np
 from chute._core.errors import Origin, SourceChangedError, mark_origin
 from chute._core.fork import ForkCheck
 from chute._execution.daemon_pool import DaemonPool
+from chute._remote.shard_cache import ShardCache
 from chute._remote.urls import is_remote_url
+from chute._sources.array_record.cached import CachedShardReader
 from chute._sources.array_record.chunk_cache import ChunkCache
 from chute._sources.array_record.footer import Footer
 from chute._sources.array_record.index import (
@@ -39,7 +43,7 @@ from chute._sources.array_record.index import (
     read_index,
 )
 from chute._sources.array_record.kept_offsets import KeptOffsets
-from chute._sources.array_record.open_shards import OpenShards
+from chute._sources.array_record.open_shards import OpenShards, close_reader
 from chute._sources.array_record.paths import bucket_files, url_for
 from chute._sources.array_record.ranged import RangedArrayRecordReader
 from chute._sources.array_record.read_together import read_together
@@ -53,6 +57,7 @@ MAX_OPEN = 64  # shards open at once, per process
 SHARDS_AT_ONCE = 64  # shards in a bucket read at once by one batch
 CACHE_BYTES = 32 << 20  # decoded chunks kept per process, over all shards (see ChunkCache)
 OFFSETS_BYTES = 32 << 20  # chunk offsets of shards in a bucket kept, per process
+LOOK_FOR_COPIES_S = 0.1  # how often the shards read from the bucket look for their copy
 _ITER_BLOCK = 1024
 
 
@@ -71,7 +76,15 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
 
     _public_name = _WHAT  # checkpoints cross to and from the same set read as files
 
-    def __init__(self, paths: Any, reader_options: Any = None, *, filesystem: Any = None) -> None:
+    def __init__(
+        self,
+        paths: Any,
+        reader_options: Any = None,
+        *,
+        filesystem: Any = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+    ) -> None:
         if reader_options is not None:
             raise ValueError(
                 f"{_WHAT}: reader_options are array_record's; a source opened from an index "
@@ -84,6 +97,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         else:  # shards in a bucket, without an index file: every footer is read now
             files = bucket_files(paths, filesystem)
             self._index_path, self._index = "", index_in_memory(files, filesystem)
+        self._cache = _make_cache(self._index.shards, cache_dir, cache_limit)
         self._setup()
 
     def _setup(self) -> None:
@@ -105,6 +119,11 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         self._threads: DaemonPool | None = None
         self._threads_made = ForkCheck()
         self._stop_threads: Any = None  # a weakref.finalize that stops them
+        # With a cache: the shards read from the bucket until their copy is whole, and
+        # those whose copy this process confirmed is the bucket's version.
+        self._awaiting: set[int] = set()
+        self._confirmed: set[int] = set()
+        self._looked = 0.0
 
     @property
     def retries(self) -> int | None:
@@ -119,7 +138,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         return self._open.retries() + self._index.retries()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = {"index": self._index_path, "filesystem": self._filesystem}
+        state = {"index": self._index_path, "filesystem": self._filesystem, "cache": self._cache}
         if not self._index_path:  # else each process reads the index file's header itself
             state["in_memory"] = self._index
         return state
@@ -127,6 +146,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._index_path, self._filesystem = state["index"], state.get("filesystem")
         self._index = state.get("in_memory") or read_index(self._index_path, self._filesystem)
+        self._cache = state.get("cache")
         self._setup()
 
     def _shard(self, k: int) -> RangedArrayRecordReader:
@@ -139,6 +159,9 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             return reader
         shard = self._index.shards[k]
         known = (shard.size, shard.version) if is_remote_url(shard.path) and shard.version else None
+        cached = self._cached_reader(k) if known is not None and self._cache else None
+        if cached is not None:
+            return self._open.add(k, cached)
         try:
             source = open_ranged(shard.path, known, self._filesystem)
             size = source.size()
@@ -156,7 +179,68 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         reader = RangedArrayRecordReader(
             source, footer=self._footer(k), cache=self._chunks, cache_key=k
         )
+        if known is not None and self._cache is not None:  # read from the bucket meanwhile
+            opener = functools.partial(open_ranged, shard.path, known, self._filesystem)
+            self._cache.fetch_later(shard.path, shard.version, shard.size, opener)
+            self._awaiting.add(k)
         return self._open.add(k, reader)  # another thread's, where it opened k meanwhile
+
+    # -- the cache -------------------------------------------------------------------
+
+    def _cached_reader(self, k: int) -> CachedShardReader | None:
+        """Shard ``k``'s reader over its whole local copy, or None where there is none."""
+        shard, cache = self._index.shards[k], self._cache
+        assert cache is not None
+        copy = cache.open_copy(shard.path, shard.version)
+        if copy is None:
+            return None
+        try:
+            if k not in self._confirmed:
+                self._confirm([k])
+            return CachedShardReader(copy, shard.path)
+        except BaseException:
+            copy.close()
+            raise
+
+    def _confirm(self, ks: list[int]) -> None:
+        """Checks with the bucket, once per process, that shards ``ks`` are still the
+        versions the index names (their copies are those versions): one request each, all
+        at once."""
+        shards = self._index.shards
+        ks = [k for k in ks if k not in self._confirmed]
+        if ks:
+            heads = [self._pool().submit(open_ranged, shards[k].path, None, self._filesystem)
+                     for k in ks]  # fmt: skip
+            for k, head in zip(ks, heads):
+                source = head.result()
+                source.close()
+                if not _unchanged(shards[k], source):
+                    raise SourceChangedError(
+                        f"{_WHAT}: {shards[k].path!r} changed since {self._index_path or 'it'!r}"
+                        f" was indexed (version {shards[k].version} then, {source.version} "
+                        "now); its cached copy is of the old version and is not read. Write "
+                        "the index again with chute index, or restore the shard."
+                    )
+        self._confirmed.update(ks)
+
+    def _look_for_copies(self) -> None:
+        """Closes the bucket readers of shards whose copy is now whole (this process's
+        download or another's), so that their next read opens the copy."""
+        now = time.monotonic()
+        if now - self._looked < LOOK_FOR_COPIES_S:
+            return
+        self._looked = now
+        cache, shards = self._cache, self._index.shards
+        assert cache is not None
+        ready = [k for k in list(self._awaiting) if cache.has(shards[k].path, shards[k].version)]
+        for k in ready:  # downloaded here, for this source: its requests named the version
+            if cache.downloaded_here(shards[k].path, shards[k].version):
+                self._confirmed.add(k)
+        dropped = self._open.drop(ready)  # a shard being read waits for the next look
+        for reader in dropped.values():
+            if reader is not None:
+                close_reader(reader)
+        self._awaiting.difference_update(dropped)
 
     def _footer(self, k: int) -> Footer:
         """Shard ``k``'s chunk offsets: lazy for a local index, kept for one in a bucket."""
@@ -182,6 +266,8 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
         """The records at ``indices``, in that order (repeats allowed): one read per shard."""
         idx = check_indices(indices, self._len, _WHAT, negative=False)
+        if self._awaiting and not self._made.forked():
+            self._look_for_copies()
         shards = np.searchsorted(self._ends, idx, side="right")
         local = idx - self._starts[shards]
         out: list[Any] = [None] * len(idx)
@@ -236,23 +322,41 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         closed = self._open.not_open([k for k, _ in groups])
         if any(not self._index.shards[k].version for k in closed):
             return False
+        if self._cache is not None and closed:  # their copies' versions, all at once
+            shards = self._index.shards
+            copied = [k for k in closed if self._cache.has(shards[k].path, shards[k].version)]
+            self._confirm(copied)
+            closed = [k for k in closed if k not in copied]  # a copy needs no offsets
         unread = self._offsets.missing(closed)
         if unread and self._index.file is not None:  # their offsets, all in one call
             self._offsets.keep(unread, self._index.read_footers(unread))
-        readers: list[RangedArrayRecordReader] = []
+        readers: list[Any] = []
         try:
             for k, _ in groups:
                 readers.append(self._shard(k))
-            if not all(getattr(r._source, "on_io_loop", False) for r in readers):
+            copies = [isinstance(r, CachedShardReader) for r in readers]
+            if not all(
+                c or getattr(r._source, "on_io_loop", False) for r, c in zip(readers, copies)
+            ):
                 return False
 
             def blame(i: int, exc: Exception) -> None:
                 k, where = groups[i]
                 self._blame(exc, k, int(idx[where[0]]), int(local[where[0]]))
 
-            reads = [(r, local[where]) for r, (_, where) in zip(readers, groups)]
-            for (_, where), records in zip(groups, read_together(reads, blame)):
-                for w, record in zip(where.tolist(), records):
+            in_bucket = [i for i, c in enumerate(copies) if not c]
+            reads = [(readers[i], local[groups[i][1]]) for i in in_bucket]
+            got = dict(
+                zip(in_bucket, read_together(reads, lambda j, exc: blame(in_bucket[j], exc)))
+            )
+            for i, (_, where) in enumerate(groups):
+                if copies[i]:
+                    try:
+                        got[i] = readers[i].read(local[where])
+                    except ValueError as exc:
+                        blame(i, exc)
+                        raise
+                for w, record in zip(where.tolist(), got[i]):
                     out[w] = record
             return True
         finally:
@@ -278,12 +382,31 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             pool.shutdown(wait=True)  # idle: no read runs while the source closes
         if not self._made.forked():
             for reader in readers:
-                reader._source.close()  # type: ignore[attr-defined]
+                close_reader(reader)
             self._chunks.clear()
+            self._awaiting.clear()
 
     def _file_sizes(self) -> list[int]:
         return [s.size for s in self._index.shards]  # as the index saw them
 
     def __repr__(self) -> str:
         where = f"index={self._index_path!r}" if self._index_path else f"paths={self.paths[0]!r}..."
-        return f"{_WHAT}({where}, shards={len(self._entries)}, len={self._len})"
+        cache = f", cache_dir={self._cache.directory!r}" if self._cache is not None else ""
+        return f"{_WHAT}({where}, shards={len(self._entries)}, len={self._len}{cache})"
+
+
+def _make_cache(
+    shards: Sequence[IndexedShard], cache_dir: Any, cache_limit: Any
+) -> ShardCache | None:
+    """The cache the options ask for, if any shard is in a bucket; refuses a limit that no
+    shard would fit in."""
+    if cache_dir is None:
+        if cache_limit is not None:
+            raise ValueError(f"{_WHAT}: cache_limit needs cache_dir, the directory of the copies.")
+        return None
+    if not any(is_remote_url(s.path) for s in shards):
+        return None  # local files are read where they are
+    cache = ShardCache(cache_dir, cache_limit)
+    largest = max((s for s in shards if is_remote_url(s.path)), key=lambda s: s.size)
+    cache.check_fits(largest.path, largest.size)
+    return cache

@@ -10,10 +10,24 @@ from __future__ import annotations
 
 import collections
 import threading
+from typing import Any
 
-from chute._sources.array_record.ranged import RangedArrayRecordReader
+__all__ = ["OpenShards", "close_reader"]
 
-__all__ = ["OpenShards"]
+
+def close_reader(reader: Any) -> None:
+    """Closes a shard's reader: a ``RangedArrayRecordReader``'s source, or a copy's reader
+    (``CachedShardReader``)."""
+    if hasattr(reader, "close"):
+        reader.close()
+    else:
+        reader._source.close()
+
+
+def _retries(reader: Any) -> int:
+    """Requests a shard's reader retried so far (a cached copy's: none)."""
+    source = getattr(reader, "_source", reader)
+    return int(getattr(source, "retries", 0) or 0)
 
 
 class OpenShards:
@@ -27,9 +41,7 @@ class OpenShards:
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
-        self._readers: collections.OrderedDict[int, RangedArrayRecordReader] = (
-            collections.OrderedDict()
-        )
+        self._readers: collections.OrderedDict[int, Any] = collections.OrderedDict()
         self._pins: collections.Counter[int] = collections.Counter()  # reads under way
         self._closed_retries = 0  # of the readers' sources closed so far
         self._lock = threading.Lock()
@@ -37,7 +49,7 @@ class OpenShards:
     def __len__(self) -> int:
         return len(self._readers)
 
-    def pin(self, k: int) -> RangedArrayRecordReader | None:
+    def pin(self, k: int) -> Any:
         """Shard ``k``'s reader, pinned open until ``release``; None where it is not open."""
         with self._lock:
             reader = self._readers.get(k)
@@ -46,12 +58,12 @@ class OpenShards:
                 self._pins[k] += 1
             return reader
 
-    def add(self, k: int, reader: RangedArrayRecordReader) -> RangedArrayRecordReader:
+    def add(self, k: int, reader: Any) -> Any:
         """Keeps ``reader`` open as shard ``k``'s, pinned until ``release``; where another
         thread opened shard ``k`` meanwhile, closes ``reader``'s source and returns that one."""
         with self._lock:
             if k in self._readers:  # another thread opened it meanwhile: use that one
-                reader._source.close()  # type: ignore[attr-defined]
+                close_reader(reader)
                 reader = self._readers[k]
                 self._readers.move_to_end(k)
             else:
@@ -75,8 +87,8 @@ class OpenShards:
         excess = len(self._readers) - self._limit
         for k in [k for k in self._readers if k not in self._pins][: max(0, excess)]:
             old = self._readers.pop(k)
-            self._closed_retries += old._source.retries  # type: ignore[attr-defined]
-            old._source.close()  # type: ignore[attr-defined]
+            self._closed_retries += _retries(old)
+            close_reader(old)
             old.release_cache()  # its chunks stay cached while they fit
 
     def not_open(self, ks: list[int]) -> list[int]:
@@ -87,13 +99,23 @@ class OpenShards:
     def retries(self) -> int:
         """Requests retried by the readers' sources, open or closed, so far."""
         with self._lock:
-            open_now = sum(r._source.retries for r in self._readers.values())  # type: ignore[attr-defined]
+            open_now = sum(_retries(r) for r in self._readers.values())
         return self._closed_retries + open_now
 
-    def take_all(self) -> list[RangedArrayRecordReader]:
+    def drop(self, ks: list[int]) -> dict[int, Any]:
+        """The readers of those of shards ``ks`` that no read holds, forgotten here (their
+        retries stay counted; the caller closes them); a shard not open counts as dropped,
+        with None."""
+        with self._lock:
+            free = [k for k in ks if k not in self._pins]
+            gone = {k: self._readers.pop(k, None) for k in free}
+            self._closed_retries += sum(_retries(r) for r in gone.values() if r is not None)
+        return gone
+
+    def take_all(self) -> list[Any]:
         """Every open reader, forgotten here (their retries stay counted); the caller closes
         their sources where they are this process's."""
         with self._lock:
             readers, self._readers = list(self._readers.values()), collections.OrderedDict()
-            self._closed_retries += sum(r._source.retries for r in readers)  # type: ignore[attr-defined]
+            self._closed_retries += sum(_retries(r) for r in readers)
         return readers

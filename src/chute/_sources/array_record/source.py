@@ -97,6 +97,14 @@ class ArrayRecordDataSource:
             holds the credentials and endpoint for URLs, instead of the environment.
             It keeps its own retry settings: chute retries, and counts in the
             source's ``retries``, what the store gives up on.
+        cache_dir: chute's addition, for shards in a bucket: a local directory that keeps
+            whole copies of the shards, shared by every process of the host.  A shard's
+            first read starts its download in the background; once its copy is whole,
+            it is read as a local file (see ``chute._remote.shard_cache``).  Local files
+            are read where they are.
+        cache_limit: The most bytes the copies may take (``"20GB"``, or an int); None:
+            the disk's free space, less a margin.  A limit smaller than the largest
+            shard is refused.
 
     >>> import tempfile, os
     >>> from chute._sources.array_record.writer import write_array_record
@@ -121,7 +129,10 @@ class ArrayRecordDataSource:
         reader_options: str | Mapping[str, Any] | None = None,
         *,
         filesystem: Any = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
     ) -> None:
+        del cache_dir, cache_limit  # local files are read where they are
         if filesystem is not None:  # a subclass that reads local files only
             raise ValueError(f"{type(self).__name__} reads local files and takes no filesystem=.")
         options = options_string(reader_options)

@@ -1,0 +1,460 @@
+"""``ShardCache``: whole local copies of objects in a bucket, shared by every process of a host.
+
+Reading from a bucket pays a request per chunk, every epoch.  With a cache, a source's
+first read of an object starts a download of the whole object in the background (the
+read itself goes to the bucket, so nothing waits on the download), and once the copy is
+complete the source reads it as a local file: epoch 2 costs what reading local files
+costs.  A global shuffle's first batch touches nearly every shard, so the shards are
+fetched in the order the reads first need them.
+
+**One copy per host.**  Every process and iterator that names the same directory
+shares its copies.  A download is claimed with a lock on its partial file, so a second
+process that wants the same object reads from the bucket meanwhile instead of
+fetching it twice.
+
+**Never stale, never half.**  A copy's name is a hash of the object's URL and its
+version (ETag or generation), so a replaced object is a different copy.  A download
+writes ``partial/<name>`` and is renamed into ``objects/<name>`` only once every byte
+arrived: a copy under ``objects/`` is always whole.  A process killed mid-download
+leaves a partial file whose lock died with it; the next reservation deletes it.
+
+**Bounded.**  ``limit`` bytes of copies and downloads in flight, all processes
+together: a download reserves its object's full size (``posix_fallocate``) under the
+directory's lock, after evicting the least recently used copies that no reader holds
+(a reader holds a shared lock on its copy).  When nothing can be evicted, the object is
+simply read from the bucket.  The disk's free space is kept above ``min_free``; a full
+disk (or a file size limit) stops caching, logs once, and reads go on from the bucket.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from chute._core import metrics
+from chute._core.fork import ForkCheck
+
+logger = logging.getLogger("chute")
+
+__all__ = ["CachedCopy", "ShardCache", "parse_bytes"]
+
+PART_BYTES = 4 << 20  # one ranged GET of a download
+PARTS_IN_FLIGHT = 4  # of one download; with DOWNLOADS at once, 64 MiB in flight a process
+DOWNLOADS = 4  # objects downloaded at once, per process
+ASK_AGAIN_S = 60.0  # a download that did not happen (no room, another process's) is retried after
+_FULL_DISK = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 1 << 10, "mib": 1 << 20,
+          "gib": 1 << 30, "tib": 1 << 40}  # fmt: skip
+
+
+def parse_bytes(value: int | str, what: str) -> int:
+    """A size in bytes from an int or a string such as ``"20GB"``, ``"512 MiB"``, ``"1.5TB"``.
+
+    >>> parse_bytes("20GB", "x"), parse_bytes("512 MiB", "x"), parse_bytes(4096, "x")
+    (20000000000, 536870912, 4096)
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(
+            f"{what} must be a number of bytes or a string like '20GB' (got {value!r})."
+        )
+    if isinstance(value, int):
+        number = value
+    else:
+        found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
+        unit = found.group(2).lower() if found else ""
+        if found is None or unit not in _UNITS:
+            raise ValueError(
+                f"{what}: cannot read {value!r} as a size; write bytes as an int or a string "
+                "like '20GB', '512MiB' or '1.5TB'."
+            )
+        number = int(float(found.group(1)) * _UNITS[unit])
+    if number <= 0:
+        raise ValueError(f"{what} must be more than 0 bytes (got {value!r}).")
+    return number
+
+
+def _name(url: str, version: str) -> str:
+    """The file name of ``url`` at ``version``: a hash of both, and the object's own name."""
+    digest = hashlib.sha256(f"{url}\0{version}".encode()).hexdigest()[:32]
+    tail = re.sub(r"[^A-Za-z0-9._-]", "_", url.rstrip("/").rpartition("/")[2])[-80:]
+    return f"{digest}-{tail}"
+
+
+class CachedCopy:
+    """A whole local copy, held open: while held, no process evicts it.
+
+    Attributes:
+        path: The copy's path, to open with a local reader.
+    """
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path, self._fd = path, fd
+        self._made = ForkCheck()
+
+    def close(self) -> None:
+        """Lets go of the copy (it may be evicted once no reader holds it)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0 and not self._made.forked():
+            os.close(fd)  # the shared lock goes with it
+
+    def __del__(self) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"CachedCopy({self.path!r})"
+
+
+class ShardCache:
+    """A directory of whole copies of remote objects, at most ``limit`` bytes (see the module).
+
+    Args:
+        directory: Where the copies live; made if missing.  Every process that names it
+            shares it.
+        limit: The most bytes of copies (an int, or a string like ``"20GB"``); None: as
+            much as the disk holds, ``min_free`` kept free.
+        min_free: Free bytes to leave on the directory's disk (default: 5% of the disk,
+            at most 1 GiB).
+
+    Picklable: worker processes get the same directory and limit.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], limit: int | str | None = None,
+                 min_free: int | None = None) -> None:  # fmt: skip
+        self.directory = os.path.abspath(os.fspath(directory))
+        self._objects = os.path.join(self.directory, "objects")
+        self._partial = os.path.join(self.directory, "partial")
+        try:
+            os.makedirs(self._objects, exist_ok=True)
+            os.makedirs(self._partial, exist_ok=True)
+        except OSError as exc:
+            raise OSError(
+                exc.errno, f"cache_dir {self.directory!r} cannot be made: {exc.strerror}"
+            ) from None
+        disk = os.statvfs(self.directory)
+        whole = disk.f_blocks * disk.f_frsize
+        self.limit = whole if limit is None else parse_bytes(limit, "cache_limit")
+        self.min_free = min(1 << 30, whole // 20) if min_free is None else min_free
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"directory": self.directory, "limit": self.limit, "min_free": self.min_free}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["directory"], state["limit"], state["min_free"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"ShardCache({self.directory!r}, limit={self.limit})"
+
+    def check_fits(self, url: str, size: int) -> None:
+        """Refuses a limit smaller than the object at ``url``: it could never be cached."""
+        if size > self.limit:
+            raise ValueError(
+                f"cache_limit of {self.limit:,} bytes is smaller than {url} ({size:,} "
+                f"bytes): no copy of it could ever be kept. Raise cache_limit above the "
+                f"largest shard, or read without a cache (cache_dir=None)."
+            )
+
+    # -- reading ---------------------------------------------------------------------
+
+    def path_of(self, url: str, version: str | None) -> str:
+        """Where the whole copy of ``url`` at ``version`` is (or would be)."""
+        return os.path.join(self._objects, _name(url, str(version)))
+
+    def has(self, url: str, version: str | None) -> bool:
+        """Whether a whole copy is there now (it may be evicted before it is opened)."""
+        return bool(version) and os.path.exists(self.path_of(url, version))
+
+    def downloaded_here(self, url: str, version: str | None) -> bool:
+        """Whether this process downloaded the copy (its requests named the version)."""
+        return bool(version) and (self.directory, _name(url, str(version))) in _downloads().finished
+
+    def open_copy(self, url: str, version: str | None) -> CachedCopy | None:
+        """The whole copy of ``url`` at ``version``, held; None where there is none."""
+        if not version:
+            return None
+        path = self.path_of(url, version)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            metrics.count("cache_misses")
+            return None
+        fcntl.flock(fd, fcntl.LOCK_SH)  # an eviction holds the exclusive lock for an instant
+        if os.fstat(fd).st_nlink == 0:  # evicted between the open and the lock
+            os.close(fd)
+            metrics.count("cache_misses")
+            return None
+        os.utime(fd)  # the least recently used copies are evicted first
+        metrics.count("cache_hits")
+        return CachedCopy(path, fd)
+
+    # -- downloading -----------------------------------------------------------------
+
+    def fetch_later(self, url: str, version: str | None, size: int,
+                    open_source: Callable[[], Any]) -> None:  # fmt: skip
+        """Downloads ``url`` at ``version`` in the background, unless there, claimed by
+        another process, or this process already did or does; ``open_source()`` gives a
+        ranged source of exactly that version."""
+        if not version:
+            return
+        _downloads().submit(self, url, version, size, open_source)
+
+    def _download(self, url: str, version: str, size: int, open_source: Callable[[], Any]) -> bool:
+        """Fetches one object into the cache; whether the copy is there at the end."""
+        name = _name(url, version)
+        final = os.path.join(self._objects, name)
+        if os.path.exists(final):
+            return True
+        fd = self._reserve(name, size)
+        if fd is None:
+            return os.path.exists(final)
+        partial = os.path.join(self._partial, name)
+        done = False
+        try:
+            source = open_source()
+            try:
+                step = PART_BYTES * PARTS_IN_FLIGHT
+                for start in range(0, size, step):
+                    ends = range(start, min(size, start + step), PART_BYTES)
+                    parts = [(o, min(PART_BYTES, size - o)) for o in ends]
+                    for (offset, _), data in zip(parts, source.read_ranges(parts)):
+                        os.pwrite(fd, data, offset)
+                    metrics.count("cache_bytes_downloaded", sum(n for _, n in parts))
+            finally:
+                source.close()
+            if os.fstat(fd).st_size != size:
+                raise OSError(f"{partial} holds {os.fstat(fd).st_size} bytes, not {size}")
+            os.fdatasync(fd)  # the data is on disk before its name says it is whole
+            os.rename(partial, final)
+            done = True
+        except Exception as exc:
+            logger.info("chute: the cache did not keep %s (%s); it is read from the bucket.",
+                        url, exc)  # fmt: skip
+        finally:
+            if not done:
+                _unlink(partial)
+            os.close(fd)  # the claim goes with it
+        return done
+
+    def _reserve(self, name: str, size: int) -> int | None:
+        """The claimed partial file of ``name``, ``size`` bytes allocated within the limit;
+        None where another process downloads it, or no room can be made."""
+        with _Locked(os.path.join(self.directory, ".lock")):
+            if os.path.exists(os.path.join(self._objects, name)):
+                return None
+            path = os.path.join(self._partial, name)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another process downloads it
+                os.close(fd)
+                return None
+            try:
+                os.ftruncate(fd, 0)  # a dead process's partial file of the same object
+                used = self._used(mine=path)
+                if used + size > self.limit:
+                    used -= self._evict(used + size - self.limit)
+                if used + size > self.limit:
+                    _once(f"full:{self.directory}", "chute: the cache at %s is full of copies "
+                          "in use (limit %s bytes); the other objects are read from the "
+                          "bucket.", self.directory, f"{self.limit:,}")  # fmt: skip
+                    raise _NoRoom
+                disk = os.statvfs(self.directory)
+                if disk.f_bavail * disk.f_frsize - size < self.min_free:
+                    _once(f"disk:{self.directory}", "chute: the disk of the cache at %s has "
+                          "less than %s bytes free; objects are read from the bucket.",
+                          self.directory, f"{self.min_free + size:,}")  # fmt: skip
+                    raise _NoRoom
+                try:
+                    os.posix_fallocate(fd, 0, size)
+                except OSError as exc:
+                    if exc.errno not in _FULL_DISK:
+                        raise
+                    _once(f"disk:{self.directory}", "chute: the cache at %s could not "
+                          "allocate %s bytes (%s); objects are read from the bucket.",
+                          self.directory, f"{size:,}", exc.strerror)  # fmt: skip
+                    raise _NoRoom from None
+                metrics.set_gauge("cache_bytes_held", used + size)
+                return fd
+            except _NoRoom:
+                _unlink(path)
+                os.close(fd)
+                return None
+            except BaseException:
+                _unlink(path)
+                os.close(fd)
+                raise
+
+    def _used(self, mine: str = "") -> int:
+        """Bytes of copies and of downloads in flight; a dead process's partial files
+        are deleted on the way (their lock died with it)."""
+        total = 0
+        for entry in os.scandir(self._objects):
+            total += _size(entry)
+        for entry in os.scandir(self._partial):
+            if entry.path == mine:
+                continue
+            if _claimable(entry.path):
+                _unlink(entry.path)
+            else:
+                total += _size(entry)
+        return total
+
+    def _evict(self, wanted: int) -> int:
+        """Deletes the least recently used copies no reader holds, until ``wanted`` bytes
+        are free; the bytes freed."""
+        copies = []
+        for entry in os.scandir(self._objects):
+            try:
+                stat = entry.stat()
+            except FileNotFoundError:
+                continue
+            copies.append((stat.st_mtime_ns, entry.path, stat.st_size))
+        freed = 0
+        for _, path, size in sorted(copies):
+            if freed >= wanted:
+                break
+            if _claimable(path, unlink=True):
+                freed += size
+                metrics.count("cache_evictions")
+        return freed
+
+    def held_bytes(self) -> int:
+        """Bytes of whole copies now."""
+        return sum(_size(e) for e in os.scandir(self._objects))
+
+
+class _NoRoom(Exception):
+    """No room for a download: the object is read from the bucket."""
+
+
+def _size(entry: os.DirEntry[str]) -> int:
+    try:
+        return entry.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _claimable(path: str, unlink: bool = False) -> bool:
+    """Whether no process holds ``path`` (an exclusive lock can be taken); with ``unlink``,
+    deletes it while no one can take it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    try:
+        if unlink:
+            _unlink(path)
+        return True
+    finally:
+        os.close(fd)
+
+
+class _Locked:
+    """The directory's lock, held by one process (and thread) at a time."""
+
+    _threads = threading.Lock()
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def __enter__(self) -> None:
+        self._threads.acquire()
+        try:
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._threads.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._fd)
+        self._threads.release()
+
+
+_said: set[str] = set()
+
+
+def _once(key: str, message: str, *args: Any) -> None:
+    """Logs ``message`` once per process and ``key``."""
+    if key not in _said:
+        _said.add(key)
+        logger.warning(message, *args)
+
+
+class _Downloads:
+    """This process's downloads: ``DOWNLOADS`` at once on daemon threads, in the order
+    asked, each object once.  At exit they are abandoned where they are: a partial file
+    is never taken for a copy."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._asked: dict[tuple[str, str], float] = {}  # when each was last asked for
+        self._lock = threading.Lock()
+        self.finished: set[tuple[str, str]] = set()  # the copies this process made
+        self.made = ForkCheck()
+
+    def submit(self, cache: ShardCache, url: str, version: str, size: int,
+               open_source: Callable[[], Any]) -> None:  # fmt: skip
+        key = (cache.directory, _name(url, version))
+        now = time.monotonic()
+        with self._lock:
+            if now - self._asked.get(key, -ASK_AGAIN_S) < ASK_AGAIN_S:
+                return
+            self._asked[key] = now
+            self._queue.put((key, cache, url, version, size, open_source))
+            if len(self._threads) < DOWNLOADS:
+                name = f"chute-cache_{len(self._threads)}"
+                thread = threading.Thread(target=self._work, name=name, daemon=True)
+                self._threads.append(thread)
+                thread.start()
+
+    def _work(self) -> None:
+        while True:
+            self._run(*self._queue.get())
+
+    def _run(self, key: tuple[str, str], cache: ShardCache, url: str, version: str, size: int,
+             open_source: Callable[[], Any]) -> None:  # fmt: skip
+        started = time.perf_counter()
+        try:
+            if cache._download(url, version, size, open_source):
+                logger.debug("chute: cached %s in %.2f s", url, time.perf_counter() - started)
+                with self._lock:
+                    self._asked[key] = float("inf")  # there now: never asked for again
+                    self.finished.add(key)
+        except Exception:  # a download is only ever a shortcut: reads go on from the bucket
+            logger.debug("chute: download of %s failed", url, exc_info=True)
+
+
+_downloader: _Downloads | None = None
+_downloader_lock = threading.Lock()
+
+
+def _downloads() -> _Downloads:
+    global _downloader
+    with _downloader_lock:
+        if _downloader is None or _downloader.made.forked():
+            _downloader = _Downloads()
+        return _downloader
