@@ -99,7 +99,10 @@ def test_a_new_source_reads_the_copies_with_one_request_a_shard(s3: Any, tmp_pat
 def test_worker_processes_share_one_cache(s3: Any, tmp_path: Path) -> None:
     index, files = upload(s3, tmp_path)
     cache_dir = tmp_path / "cache"
-    source = ArrayRecordDataSource(index, cache_dir=cache_dir, cache_limit=10 << 20)
+    # The store holds the credentials: a fork server started earlier has not this test's
+    # environment.
+    store = s3.obstore_store()
+    source = ArrayRecordDataSource(index, filesystem=store, cache_dir=cache_dir, cache_limit="10MB")
     options = MultiprocessingOptions(num_workers=2)
     for epoch in range(2):
         pipeline = MapDataset.source(source).seed(epoch).shuffle().batch(100).to_iter_dataset()
