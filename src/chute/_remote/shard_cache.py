@@ -45,7 +45,7 @@ from chute._core.fork import ForkCheck
 
 logger = logging.getLogger("chute")
 
-__all__ = ["CachedCopy", "ShardCache", "parse_bytes"]
+__all__ = ["CachedCopy", "CopySource", "ShardCache", "open_through", "parse_bytes"]
 
 PART_BYTES = 4 << 20  # one ranged GET of a download
 PARTS_IN_FLIGHT = 4  # of one download; with DOWNLOADS at once, 64 MiB in flight a process
@@ -458,3 +458,69 @@ def _downloads() -> _Downloads:
         if _downloader is None or _downloader.made.forked():
             _downloader = _Downloads()
         return _downloader
+
+
+def open_through(cache: ShardCache | None, url: str, *, filesystem: Any = None) -> Any:
+    """``open_source(url)``, read from ``cache``'s whole copy where it holds the version the
+    bucket has now (one HEAD tells), else from the bucket, with the copy's download
+    started.  The copy stays held (not evicted) until the returned source closes.
+
+    For readers that open an object by its URL (Parquet, TFRecord); the ArrayRecord
+    reader keeps its shards' versions in its index and asks the cache itself.
+    """
+    from chute._remote.open import open_source
+    from chute._remote.ranged_object import RangedSource
+
+    source = open_source(url, filesystem=filesystem)
+    if cache is None or not isinstance(source, RangedSource) or not source.version:
+        return source
+    version, size = str(source.version), source.size()
+    cache.check_fits(url, size)
+    copy = cache.open_copy(url, version)
+    if copy is None:
+        known = (size, version)
+        cache.fetch_later(
+            url, version, size, lambda: open_source(url, filesystem=filesystem, known=known)
+        )
+        return source
+    source.close()
+    return CopySource(copy, url, version)
+
+
+class CopySource:
+    """A ranged source over a whole copy (``open_through``): ``os.pread`` on the local file,
+    under the object's URL and version; ``close()`` lets go of the copy."""
+
+    retries = 0
+
+    def __init__(self, copy: CachedCopy, url: str, version: str) -> None:
+        from chute._remote.ranged_source import LocalRanges
+
+        self._copy, self.url, self.version = copy, url, version
+        self._local = LocalRanges(copy.path, url)
+        self.path = copy.path  # the local file, for readers that open a path
+
+    def size(self) -> int:
+        return self._local.size()
+
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        return self._local.read_ranges(ranges)
+
+    def read_all(self) -> bytes:
+        return self.read_ranges([(0, self.size())])[0]
+
+    def close(self) -> None:
+        self._local.close()
+        self._copy.close()
+
+    def __enter__(self) -> CopySource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"CopySource({self.url!r}, copy={self._copy.path!r})"
