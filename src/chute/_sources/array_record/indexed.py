@@ -124,6 +124,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         self._awaiting: set[int] = set()
         self._confirmed: set[int] = set()
         self._looked = 0.0
+        self._looking = threading.Lock()
 
     @property
     def retries(self) -> int | None:
@@ -224,23 +225,29 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         self._confirmed.update(ks)
 
     def _look_for_copies(self) -> None:
-        """Closes the bucket readers of shards whose copy is now whole (this process's
-        download or another's), so that their next read opens the copy."""
+        """Moves the shards read from the bucket whose copy is now whole (this process's
+        download or another's) onto their copies; one thread looks at a time."""
         now = time.monotonic()
-        if now - self._looked < LOOK_FOR_COPIES_S:
+        if now - self._looked < LOOK_FOR_COPIES_S or not self._looking.acquire(blocking=False):
             return
-        self._looked = now
-        cache, shards = self._cache, self._index.shards
-        assert cache is not None
-        ready = [k for k in list(self._awaiting) if cache.has(shards[k].path, shards[k].version)]
-        for k in ready:  # downloaded here, for this source: its requests named the version
-            if cache.downloaded_here(shards[k].path, shards[k].version):
-                self._confirmed.add(k)
-        dropped = self._open.drop(ready)  # a shard being read waits for the next look
-        for reader in dropped.values():
-            if reader is not None:
-                close_reader(reader)
-        self._awaiting.difference_update(dropped)
+        try:
+            self._looked = now
+            cache, shards = self._cache, self._index.shards
+            assert cache is not None
+            ready = [
+                k for k in list(self._awaiting) if cache.has(shards[k].path, shards[k].version)
+            ]
+            for k in ready:  # downloaded here, for this source: its requests named the version
+                if cache.downloaded_here(shards[k].path, shards[k].version):
+                    self._confirmed.add(k)
+            self._confirm(ready)
+            for k in ready:
+                reader = self._cached_reader(k)  # None where it was evicted meanwhile
+                if reader is not None:
+                    self._open.replace(k, reader)  # the bucket reader closes once unread
+                    self._awaiting.discard(k)
+        finally:
+            self._looking.release()
 
     def _footer(self, k: int) -> Footer:
         """Shard ``k``'s chunk offsets: lazy for a local index, kept for one in a bucket."""

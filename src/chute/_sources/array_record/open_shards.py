@@ -43,6 +43,7 @@ class OpenShards:
         self._limit = limit
         self._readers: collections.OrderedDict[int, Any] = collections.OrderedDict()
         self._pins: collections.Counter[int] = collections.Counter()  # reads under way
+        self._retiring: dict[int, list[Any]] = {}  # replaced readers that reads still hold
         self._closed_retries = 0  # of the readers' sources closed so far
         self._lock = threading.Lock()
 
@@ -74,12 +75,31 @@ class OpenShards:
 
     def release(self, ks: list[int]) -> None:
         """Shards ``ks``' readers are no longer read (``pin`` or ``add`` pinned them)."""
+        done: list[Any] = []
         with self._lock:
             for k in ks:
                 self._pins[k] -= 1
                 if not self._pins[k]:
                     del self._pins[k]
+                    done += self._retiring.pop(k, [])
             self._close_unused()
+        for reader in done:  # replaced while read: closed once no read holds it
+            close_reader(reader)
+
+    def replace(self, k: int, reader: Any) -> None:
+        """Makes ``reader`` shard ``k``'s from now on; the reader it replaces closes once
+        the reads that hold it are done (at once where none does)."""
+        with self._lock:
+            old = self._readers.get(k)
+            self._readers[k] = reader
+            self._readers.move_to_end(k)
+            if old is not None and self._pins[k]:
+                self._retiring.setdefault(k, []).append(old)
+                old = None
+            self._close_unused()
+        if old is not None:
+            self._closed_retries += _retries(old)
+            close_reader(old)
 
     def _close_unused(self) -> None:
         """Closes the least recently used readers that no read holds, down to the limit
@@ -102,20 +122,12 @@ class OpenShards:
             open_now = sum(_retries(r) for r in self._readers.values())
         return self._closed_retries + open_now
 
-    def drop(self, ks: list[int]) -> dict[int, Any]:
-        """The readers of those of shards ``ks`` that no read holds, forgotten here (their
-        retries stay counted; the caller closes them); a shard not open counts as dropped,
-        with None."""
-        with self._lock:
-            free = [k for k in ks if k not in self._pins]
-            gone = {k: self._readers.pop(k, None) for k in free}
-            self._closed_retries += sum(_retries(r) for r in gone.values() if r is not None)
-        return gone
-
     def take_all(self) -> list[Any]:
         """Every open reader, forgotten here (their retries stay counted); the caller closes
         their sources where they are this process's."""
         with self._lock:
             readers, self._readers = list(self._readers.values()), collections.OrderedDict()
+            readers += [r for old in self._retiring.values() for r in old]
+            self._retiring = {}
             self._closed_retries += sum(_retries(r) for r in readers)
         return readers
