@@ -73,6 +73,7 @@ def test_bucket_example_reads_s3_and_gcs_and_crosses_a_checkpoint() -> None:
     assert "into s3://example/data/train" in out.stdout
     assert "into gs://example/data/train" in out.stdout
     assert "resumed on GCS: identical batch" in out.stdout
+    assert "shard copies in the cache: 4 of 4" in out.stdout
     assert "Traceback" not in out.stderr and "still inside a read" not in out.stderr
 
 

@@ -392,6 +392,14 @@ class _Locked:
         os.close(self._fd)
         self._threads.release()
 
+    @classmethod
+    def after_fork(cls) -> None:
+        """A forked child's lock: a thread of the parent may have held the parent's."""
+        cls._threads = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_Locked.after_fork)
+
 
 _said: set[str] = set()
 

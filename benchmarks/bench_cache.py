@@ -1,0 +1,384 @@
+"""Training from a bucket with chute's shard cache, against reading without it, local
+files, and the caches of MosaicML Streaming and LitData.
+
+    bash benchmarks/run cache
+
+Two stores, each adding 20 ms to every request, in processes of their own:
+
+* ``http``: ``range_server.py``, ranged GETs over the local shards (a store that keeps up);
+* ``S3``: moto's S3 behind the latency proxy, which every peer can read (Streaming and
+  LitData read S3-compatible stores; neither reads a plain http server).
+
+Two workloads, written with ``write_array_record`` (a chunk a record): ``1 KiB`` (60,000
+records in 32 shards) and ``64 KiB`` (6,000 records in 48 shards).  chute's pipeline::
+
+    MapDataset.source(ArrayRecordDataSource(index, cache_dir=...)).seed(0).shuffle()
+        .batch(256).to_iter_dataset()            # inline (read-ahead threads)
+        .mp_prefetch(MultiprocessingOptions(num_workers=2))   # 2 workers
+
+Each row is one epoch through a fresh iterator, in records a second:
+
+* ``bucket``: no cache, every batch's records fetched by ranged GETs when asked: epoch 1
+  without read-ahead;
+* ``cache epoch 1``: an empty cache directory; each shard's first read starts its whole
+  download in the background while the reads go on from the bucket;
+* ``cache epoch 2``: a new source over the filled cache (a later run);
+* ``local``: the same shards on local disk, array_record's reader (what epoch 2 must match);
+* ``cache epoch 2, metrics exported``: as epoch 2, with ``chute.monitoring``'s endpoint up
+  and scraped 4 times a second (alternated with the plain epoch 2, 3 times each).
+
+Peers over S3, 2 workers each, epoch 1 from an empty cache and epoch 2 from the filled
+one, used as their docs show: Streaming (``MDSWriter``, ``StreamingDataset(remote=...,
+local=..., shuffle=True)`` in a torch ``DataLoader``) and LitData (``optimize``,
+``StreamingDataset("s3://...", shuffle=True, cache_dir=...)`` in its
+``StreamingDataLoader``).  Every loader's epoch must hold every record once.
+"""
+
+# bench-requires: moto[server] boto3 obstore cramjam array_record prometheus_client torch==2.13.0 streaming-community litdata
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import common
+from bench_remote_clients import LATENCY, s3_servers
+
+try:
+    import boto3
+
+    import chute
+    from chute._sources.array_record.index import write_index
+    from chute.experimental import write_array_record
+    from remote_peers import range_server
+except ImportError as exc:
+    sys.exit(f"bench_cache: {exc}; run it through bash benchmarks/run cache")
+
+BUCKET = "bench"
+BATCH = 256
+WORKERS = 2
+TARGETS = {"read-ahead": 2.0, "epoch 2 / local": 0.9, "metrics": 0.98}
+
+
+@dataclass
+class Workload:
+    name: str
+    record_bytes: int
+    records: int
+    shards: int
+
+
+WORKLOADS = [Workload("1 KiB", 1024, 60_000, 32), Workload("64 KiB", 64 << 10, 6_000, 48)]
+if os.environ.get("BENCH_QUICK") == "1":  # a short run, to try the benchmark itself
+    WORKLOADS = [Workload("1 KiB", 1024, 6_000, 8), Workload("64 KiB", 64 << 10, 600, 8)]
+
+
+def records(w: Workload) -> list[bytes]:
+    rng = np.random.default_rng(0)
+    body = rng.bytes(w.record_bytes)
+    return [b"%08d" % i + body[8:] for i in range(w.records)]
+
+
+def epoch(make: Callable[[], Any]) -> tuple[float, int, int]:
+    """Seconds for one epoch of ``make()``'s batches, the records and their bytes."""
+    start = time.perf_counter()
+    n = size = 0
+    for batch in make():
+        n += len(batch)
+        size += sum(len(r) for r in batch)
+    return time.perf_counter() - start, n, size
+
+
+def chute_loader(source: Any, workers: int) -> Any:
+    ds = chute.MapDataset.source(source).seed(0).shuffle().batch(BATCH).to_iter_dataset()
+    if workers:
+        ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
+    return ds
+
+
+def wait_for_copies(cache_dir: str, count: int, timeout: float = 60.0) -> int:
+    """Waits until the cache holds ``count`` copies (downloads of the last epoch land)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        held = len(os.listdir(os.path.join(cache_dir, "objects")))
+        if held >= count or time.monotonic() > deadline:
+            return held
+        time.sleep(0.05)
+
+
+class Scraper:
+    """``chute.monitoring``'s endpoint, up and scraped every 0.25 s while in use."""
+
+    def __enter__(self) -> Scraper:
+        from chute import monitoring
+
+        self._server = monitoring.start_http_server(0)
+        port = getattr(self._server, "port", None) or self._server.server_port
+        self._url, self._stop, self.scrapes = f"http://127.0.0.1:{port}/metrics", threading.Event(), 0
+        self._thread = threading.Thread(target=self._scrape, daemon=True)
+        self._thread.start()
+        return self
+
+    def _scrape(self) -> None:
+        while not self._stop.wait(0.25):
+            with urllib.request.urlopen(self._url) as reply:
+                reply.read()
+            self.scrapes += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._server.close() if hasattr(self._server, "close") else self._server.shutdown()
+
+
+def chute_rows(w: Workload, index: str, files: list[str], expected: int, folder: str) -> dict[str, Any]:
+    rates: dict[str, Any] = {}
+    for workers in (0, WORKERS):
+        how = "inline" if workers == 0 else f"{workers} workers"
+
+        def run(label: str, make: Callable[[], Any]) -> float:
+            seconds, n, _ = epoch(make)
+            assert n == expected, f"{label}: {n} records, not {expected}"
+            rates[f"{label} ({how})"] = n / seconds
+            print(f"  {w.name:7} {how:10} {label:34} {n / seconds:>10,.0f} records/s ({seconds:.2f} s)")
+            return n / seconds
+
+        run("local", lambda: chute_loader(chute.ArrayRecordDataSource(files), workers))
+        run("bucket", lambda: chute_loader(chute.ArrayRecordDataSource(index), workers))
+        cache_dir = tempfile.mkdtemp(dir=folder, prefix="cache-")
+
+        def cached() -> Any:
+            return chute_loader(chute.ArrayRecordDataSource(index, cache_dir=cache_dir), workers)
+
+        run("cache epoch 1", cached)
+        held = wait_for_copies(cache_dir, w.shards)
+        print(f"  {'':7} {'':10} (copies after epoch 1: {held} of {w.shards})")
+        run("cache epoch 2", cached)
+        if workers == 0 and hasattr(chute.monitoring, "start_http_server"):
+            plain, exported = [], []
+            for _ in range(3):
+                plain.append(run("cache epoch 2", cached))
+                with Scraper() as scraper:
+                    exported.append(run("cache epoch 2, metrics exported", cached))
+                assert scraper.scrapes > 0
+            rates[f"cache epoch 2 ({how})"] = statistics.median(plain)
+            rates[f"cache epoch 2, metrics exported ({how})"] = statistics.median(exported)
+        shutil.rmtree(cache_dir)
+    return rates
+
+
+# -- peers over S3 ------------------------------------------------------------------------
+
+
+def _import_streaming() -> Any:
+    """Streaming, imported beside the CPU build of torch.
+
+    ``import streaming`` imports its vision datasets, which import torchvision, whose
+    compiled ops need the CUDA build of torch (no CPU build of torchvision 0.28 is
+    published for this machine).  The benchmark reads MDS shards of bytes and uses none
+    of them, so where torchvision cannot load, a stand-in with the two names those
+    modules import takes its place.  Nothing of Streaming's reading or caching changes.
+    """
+    try:
+        import torchvision  # noqa: F401
+    except Exception:
+        import importlib.machinery
+        import types
+
+        stand_in = {name: types.ModuleType(name) for name in
+                    ("torchvision", "torchvision.datasets", "torchvision.transforms",
+                     "torchvision.transforms.functional")}  # fmt: skip
+        stand_in["torchvision.datasets"].VisionDataset = object  # type: ignore[attr-defined]
+        stand_in["torchvision.datasets"].CIFAR10 = object  # type: ignore[attr-defined]
+        stand_in["torchvision.transforms.functional"].to_tensor = None  # type: ignore[attr-defined]
+        for name, module in stand_in.items():
+            module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        sys.modules.update(stand_in)
+    import streaming
+
+    return streaming
+
+
+def write_mds(w: Workload, data: list[bytes], out: str) -> None:
+    MDSWriter = _import_streaming().MDSWriter
+
+    with MDSWriter(out=out, columns={"record": "bytes"}, size_limit="8mb") as writer:
+        for record in data:
+            writer.write({"record": record})
+
+
+def _lit_item(record: bytes) -> dict[str, bytes]:
+    return {"record": record}
+
+
+def write_litdata(data: list[bytes], out: str) -> None:
+    import litdata
+
+    litdata.optimize(fn=_lit_item, inputs=data, output_dir=out, chunk_bytes="8MB", num_workers=1)
+    # optimize() sets the whole program's start method to spawn; the loaders that follow
+    # (chute's, and the peers' DataLoader workers) start theirs as they would without it.
+    multiprocessing.set_start_method("fork", force=True)
+
+
+def upload(s3: Any, folder: str, prefix: str) -> None:
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            s3.upload_file(path, BUCKET, f"{prefix}/{os.path.relpath(path, folder)}")
+
+
+def streaming_epochs(remote: str, cache: str, workers: int) -> list[tuple[float, int, int]]:
+    import torch.utils.data
+
+    StreamingDataset = _import_streaming().StreamingDataset
+
+    dataset = StreamingDataset(remote=remote, local=cache, shuffle=True, shuffle_seed=0,
+                               batch_size=BATCH)  # fmt: skip
+    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=workers,
+                                         collate_fn=records_of)  # fmt: skip
+    return [epoch(lambda: loader) for _ in range(2)]
+
+
+def records_of(rows: list[dict[str, bytes]]) -> list[bytes]:
+    """A peer's batch: the records of its rows."""
+    return [r["record"] for r in rows]
+
+
+def litdata_epochs(remote: str, cache: str, workers: int) -> list[tuple[float, int, int]]:
+    import litdata
+    from litdata.streaming import downloader
+
+    # LitData's read-ahead reaches S3 through obstore with https only; the local store is
+    # http, so its client is allowed http, as it would be for any local S3 server.
+    downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = True  # type: ignore[index]
+    dataset = litdata.StreamingDataset(remote, shuffle=True, seed=0, cache_dir=cache)
+    loader = litdata.StreamingDataLoader(dataset, batch_size=BATCH, num_workers=workers,
+                                         collate_fn=records_of)  # fmt: skip
+    return [epoch(lambda: loader) for _ in range(2)]
+
+
+def peer_rows(w: Workload, data: list[bytes], index_url: str, s3: Any, folder: str,
+              expected: int) -> dict[str, Any]:  # fmt: skip
+    rates: dict[str, Any] = {}
+    key = w.name.replace(" ", "")
+    cache_dir = tempfile.mkdtemp(dir=folder, prefix="cache-s3-")
+
+    def cached() -> Any:
+        return chute_loader(chute.ArrayRecordDataSource(index_url, cache_dir=cache_dir), WORKERS)
+
+    runs = {"chute": []}  # type: dict[str, list[tuple[float, int, int]]]
+    runs["chute"].append(epoch(cached))
+    wait_for_copies(cache_dir, w.shards)
+    runs["chute"].append(epoch(cached))
+    mds, lit = os.path.join(folder, f"mds-{key}"), os.path.join(folder, f"lit-{key}")
+    write_mds(w, data, mds)
+    upload(s3, mds, f"mds/{key}")
+    write_litdata(data, lit)
+    upload(s3, lit, f"lit/{key}")
+    for name in ("Streaming", "LitData"):
+        remote = f"s3://{BUCKET}/{'mds' if name == 'Streaming' else 'lit'}/{key}"
+        cache = tempfile.mkdtemp(dir=folder, prefix=f"{name}-")
+        # Each peer runs in a fresh interpreter: chute's transport (obstore) started in
+        # this one, and LitData's own obstore client cannot be used in a child forked
+        # after that.
+        done = subprocess.run([sys.executable, __file__, "--peer", name, remote, cache,
+                               str(WORKERS)], capture_output=True, text=True, timeout=900)  # fmt: skip
+        last = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else []
+        if done.returncode == 0 and last and last[0].startswith("["):
+            runs[name] = [tuple(e) for e in json.loads(last[0])]
+        else:  # a peer that cannot run here is reported, not hidden
+            tail = (done.stderr.strip().splitlines() or ["?"])[-1]
+            print(f"  {w.name:7} {name}: FAILED (exit {done.returncode}): {tail}")
+    for name, epochs in runs.items():
+        for e, (seconds, n, _) in enumerate(epochs, 1):
+            ok = "" if n == expected else f"  PROBLEM: {n} records, not {expected}"
+            rates[f"{name} S3 epoch {e}"] = n / seconds
+            print(f"  {w.name:7} {WORKERS} workers  {name + ' S3 epoch ' + str(e):34} "
+                  f"{n / seconds:>10,.0f} records/s ({seconds:.2f} s){ok}")  # fmt: skip
+    return rates
+
+
+def peer_main(name: str, remote: str, cache: str, workers: int) -> int:
+    """One peer's two epochs, in this fresh interpreter; prints them as JSON."""
+    run = streaming_epochs if name == "Streaming" else litdata_epochs
+    print(json.dumps(run(remote, cache, workers)))
+    return 0
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--peer"]:
+        return peer_main(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+    args = common.parse_args(__doc__ or "")
+    started = time.perf_counter()
+    env = common.environment()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-cache-") as folder, \
+            s3_servers() as (_, proxy):  # fmt: skip
+        os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
+                          AWS_REGION="us-east-1", AWS_ENDPOINT_URL=proxy,
+                          AWS_ENDPOINT_URL_S3=proxy, S3_ENDPOINT_URL=proxy,
+                          AWS_ALLOW_HTTP="true")  # fmt: skip
+        s3 = boto3.client("s3", endpoint_url=proxy, region_name="us-east-1")
+        s3.create_bucket(Bucket=BUCKET)
+        with range_server(folder, LATENCY) as http:
+            print(f"stores: http {http}, S3 {proxy}; {LATENCY * 1000:.0f} ms added per request")
+            for w in WORKLOADS:
+                key = w.name.replace(" ", "")
+                data = records(w)
+                files = write_array_record(data, os.path.join(folder, key, "train"),
+                                           num_shards=w.shards)  # fmt: skip
+                served = [f"{http}/{key}/{os.path.basename(f)}" for f in files]
+                write_index(served, os.path.join(folder, key, "http.chute-index"))
+                urls = []
+                for f in files:
+                    s3.upload_file(f, BUCKET, f"{key}/{os.path.basename(f)}")
+                    urls.append(f"s3://{BUCKET}/{key}/{os.path.basename(f)}")
+                index_url = write_index(urls, f"s3://{BUCKET}/{key}/train.chute-index")
+                size = sum(os.path.getsize(f) for f in files)
+                print(f"\n{w.name}: {w.records:,} records, {size / 1e6:,.0f} MB in {w.shards} shards")
+                rates = chute_rows(w, f"{http}/{key}/http.chute-index", files, w.records, folder)
+                rates.update(peer_rows(w, data, index_url, s3, folder, w.records))
+                results[w.name] = rates
+    print()
+    rows = []
+    for name, r in results.items():
+        for how in ("inline", f"{WORKERS} workers"):
+            rows.append([f"{name} {how}: cache epoch 1 / bucket (read-ahead)",
+                         r[f"cache epoch 1 ({how})"] / r[f"bucket ({how})"], TARGETS["read-ahead"]])  # fmt: skip
+            rows.append([f"{name} {how}: cache epoch 2 / local",
+                         r[f"cache epoch 2 ({how})"] / r[f"local ({how})"], TARGETS["epoch 2 / local"]])  # fmt: skip
+        exported = r.get("cache epoch 2, metrics exported (inline)")
+        rows.append([f"{name} inline: metrics exported / not",
+                     exported / r["cache epoch 2 (inline)"] if exported else None,
+                     TARGETS["metrics"]])  # fmt: skip
+        for peer in ("Streaming", "LitData"):
+            for e in (1, 2):
+                theirs = r.get(f"{peer} S3 epoch {e}")
+                rows.append([f"{name} S3 epoch {e}: chute / {peer}",
+                             r[f"chute S3 epoch {e}"] / theirs if theirs else None, 1.0])  # fmt: skip
+    common.print_table(["ratio", "value", "target", "result"],
+                       [[label, f"{v:.2f}x" if v else "-", f">= {t:g}x",
+                         "PASS" if v and v >= t else "SHORT"] for label, v, t in rows], {1, 2})  # fmt: skip
+    common.write_json(args.json, {"benchmark": "cache", "environment": env, "rates": results,
+                                  "ratios": [{"label": l, "value": v, "target": t} for l, v, t in rows],
+                                  "total_seconds": time.perf_counter() - started})  # fmt: skip
+    print(f"\ntotal {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
