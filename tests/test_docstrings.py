@@ -20,6 +20,7 @@ PUBLIC_MODULES = (
     "chute",
     "chute.checkpoint",
     "chute.experimental",
+    "chute.monitoring",
     "chute.multiprocessing",
     "chute.samplers",
     "chute.sharding",

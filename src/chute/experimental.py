@@ -44,6 +44,7 @@ from chute._stages.thread_prefetch import ThreadPrefetchDatasetIterator, ThreadP
 from chute._stages.window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
 from chute._stages.with_options import WithOptionsIterDataset
 from chute._stages.zip import ZipIterDataset, ZipMapDataset
+from chute._stats.reads import ReadStats
 from chute._stats.summary import BufferStats, ExecutionSummary, StageStats, execution_summary
 from chute._stats.visualize import PipelinePicture, visualize
 
@@ -70,6 +71,7 @@ __all__ = [
     "ParquetIterDataset",
     "PerformanceConfig",
     "PipelinePicture",
+    "ReadStats",
     "RebatchIterDataset",
     "RepeatIterDataset",
     "RngPool",

@@ -1,9 +1,22 @@
-"""``grain.monitoring``'s place in chute: importable, and nothing is ever sent anywhere.
+"""chute's metrics for Prometheus: what the loader reads from buckets and the shard cache.
 
-chute collects no telemetry.  To see where a pipeline spends its time, use
-its own statistics (``DatasetOptions(execution_tracking_mode=...)`` or
-``chute.config.update("py_debug_mode", True)``), which stay in the process
-that runs the pipeline.
+``grain.monitoring``'s place in chute.  chute sends nothing anywhere on its own: the
+metrics stay in the process until you read them (``metrics_text()``) or serve them
+(``start_http_server(port)``, off until called).  They need the ``metrics`` extra
+(``pip install 'chute[metrics]'``: prometheus_client).
+
+Exported, as the figures of this process and its worker processes:
+
+* counters ``chute_remote_bytes_total``, ``chute_remote_requests_total``,
+  ``chute_remote_retries_total``, ``chute_cache_hits_total``,
+  ``chute_cache_misses_total``, ``chute_cache_evictions_total``,
+  ``chute_cache_bytes_read_total``, ``chute_cache_bytes_downloaded_total``;
+* gauges ``chute_cache_bytes_held``, ``chute_prefetch_buffer_depth``;
+* the histogram ``chute_remote_read_seconds`` (each ranged GET's latency, 1 ms to 10 s).
+
+The same figures, per iterator, are in ``chute.experimental.execution_summary``.
 """
 
-__all__: list[str] = []
+from chute._stats.export import MetricsServer, metrics_text, start_http_server
+
+__all__ = ["MetricsServer", "metrics_text", "start_http_server"]

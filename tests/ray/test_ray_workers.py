@@ -291,6 +291,23 @@ def test_execution_summary_shows_the_ray_workers_stages() -> None:
     assert "map" in str(summary) and "ray" in str(summary).lower()
 
 
+def _counted(x: int) -> int:
+    from chute._core import metrics
+
+    metrics.count("cache_bytes_read", x)  # as a source read through the cache counts
+    return x
+
+
+def test_the_actors_metrics_reach_the_driver_summed_once_each() -> None:
+    from chute._core import metrics
+
+    before = metrics.snapshot()["cache_bytes_read"]
+    ds = grain.MapDataset.range(100).to_iter_dataset().map(_counted)
+    got = list(ds.mp_prefetch(MultiprocessingOptions(2), executor=RayExecutor()))
+    assert sorted(got) == list(range(100))
+    assert metrics.snapshot()["cache_bytes_read"] - before == sum(range(100))
+
+
 def test_bad_executors_are_refused_clearly() -> None:
     ds = grain.MapDataset.range(4).to_iter_dataset()
     with pytest.raises(TypeError, match="executor must be None .* or a chute.RayExecutor"):

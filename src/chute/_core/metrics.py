@@ -46,6 +46,7 @@ __all__ = [
     "METRICS",
     "SEND_INTERVAL_S",
     "Metric",
+    "add_buffer",
     "add_sampler",
     "changes",
     "count",
@@ -181,6 +182,17 @@ def add_sampler(name: str, owner: Any, read: Callable[[Any], float]) -> None:
         _samplers.pop(key, None)
 
     _samplers[key] = (name, weakref.ref(owner, gone), read)
+
+
+def add_buffer(owner: Any) -> None:
+    """Counts the elements waiting in ``owner``'s read-ahead buffer in
+    ``prefetch_buffer_depth``, while it lives: a prefetch stage or a worker pool, whose
+    ``_buffer_fill()`` gives ``(waiting, capacity)`` (as the statistics read it)."""
+    add_sampler("prefetch_buffer_depth", owner, _waiting)
+
+
+def _waiting(owner: Any) -> float:
+    return owner._buffer_fill()[0]
 
 
 def snapshot() -> dict[str, Any]:

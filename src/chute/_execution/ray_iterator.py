@@ -23,6 +23,7 @@ import time
 import weakref
 from typing import Any
 
+from chute._core import metrics
 from chute._core.errors import WorkerDiedError, add_note, closed_error
 from chute._core.iterator import DatasetIterator
 from chute._core.options import RayExecutor
@@ -56,8 +57,10 @@ def _actor_class(ray: Any) -> Any:
     return cls
 
 
-def _kill(ray: Any, actor: Any) -> None:
-    """Stops ``actor`` now; nothing if Ray is already shut down (its actors went with it)."""
+def _kill(ray: Any, actor: Any, source: object) -> None:
+    """Stops ``actor`` now; nothing if Ray is already shut down (its actors went with it).
+    ``source``: the name its metrics came under (its gauges go with it)."""
+    metrics.forget(source)
     try:
         if ray.is_initialized():
             ray.kill(actor, no_restart=True)
@@ -123,7 +126,8 @@ class RayWorkerIterator(DatasetIterator[Any]):
         self._actor = (
             _actor_class(ray).options(**options).remote(self._job, self._index, self._count, seed)
         )
-        self._finalizer = weakref.finalize(self, _kill, ray, self._actor)
+        self._metrics_source = object()  # this actor's, for its gauges (metrics.merge)
+        self._finalizer = weakref.finalize(self, _kill, ray, self._actor, self._metrics_source)
         shutdown.on_terminate(self._finalizer)
         shutdown.install()
         self._started = self._actor.start.remote(state)
@@ -225,9 +229,11 @@ class RayWorkerIterator(DatasetIterator[Any]):
 
     def _next_message(self) -> tuple[str, Any, Any]:
         if not self._received:
-            messages, stats = self._get(self._in_flight.popleft())
+            messages, stats, changed = self._get(self._in_flight.popleft())
             if stats is not None:
                 self._stats = stats
+            if changed is not None:
+                metrics.merge(changed, source=self._metrics_source)
             if messages[-1][0] != END:  # an ended worker gets no more calls
                 self._in_flight.append(self._take())
             self._received.extend(messages)

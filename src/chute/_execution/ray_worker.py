@@ -19,7 +19,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from chute._core import nesting
+from chute._core import metrics, nesting
 from chute._execution import processes, tuning, worker_errors, worker_seeds
 from chute._execution.worker_loop import END, ERROR, FAILED, ITEM, READY, REFUSED
 
@@ -50,6 +50,7 @@ class RayWorker:
     """
 
     def __init__(self, job: bytes, index: int, count: int, seed: int) -> None:
+        metrics.changes()  # from here on: what this process did before is not this worker's
         tuning.in_worker_process()
         processes.keep_freed_memory()
         self._it: Any = None
@@ -91,11 +92,12 @@ class RayWorker:
             return REFUSED, worker_errors.report(exc), self._it.get_state()
         return READY, None, self._it.get_state()
 
-    def take(self, most: int) -> tuple[list[tuple[str, Any, Any]], Any]:
-        """Up to ``most`` messages (see the module docstring), and the statistics when due."""
+    def take(self, most: int) -> tuple[list[tuple[str, Any, Any]], Any, Any]:
+        """Up to ``most`` messages (see the module docstring), the statistics and the
+        changes of the metrics (``chute._core.metrics``), each when due (else ``None``)."""
         it, out = self._it, list[tuple[str, Any, Any]]()
         if it is None:  # the pipeline could not load: start() said why, the parent raised
-            return out, None
+            return out, None, None
         clock = time.perf_counter
         deadline, held = clock() + CALL_SECONDS, 0
         while len(out) < most:
@@ -111,6 +113,6 @@ class RayWorker:
                 held += _array_bytes(x)
             if held >= CALL_BYTES or clock() >= deadline:
                 break
-        stats = self._stats
-        due = stats is not None and (stats.due or out[-1][0] == END)
-        return out, stats.report() if due else None
+        stats, end = self._stats, out[-1][0] == END
+        report = stats.report() if stats is not None and (stats.due or end) else None
+        return out, report, metrics.changes() if end or metrics.due() else None

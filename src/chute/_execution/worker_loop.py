@@ -5,7 +5,10 @@ element's exception, reported by ``worker_errors``), or ``END``, each with
 the iterator's state right after it; ``READY`` with the state after a start
 or a restore; ``REFUSED`` when a restore failed (the error, and the state the
 worker is in now: the parent moves it back); ``FAILED`` when the worker cannot
-start.  Messages starting
+start.  A message may carry two more fields: the worker's statistics
+(``chute._stats``, when they are tracked and due, else ``None``) and the changes of its
+metrics (``chute._core.metrics``: at most once a second, and always with ``END``).
+Messages starting
 with ``b"R"`` are ``RingWriter`` messages (large arrays in shared memory),
 ``b"P"`` plain pickles.
 
@@ -29,7 +32,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from chute._core import nesting, tree
+from chute._core import metrics, nesting, tree
 from chute._execution import processes, tuning, worker_errors, worker_seeds
 from chute._execution.transport import RING_MIN_BYTES, RingWriter
 
@@ -155,9 +158,8 @@ def worker_main(
                 data = plain((ERROR, worker_errors.report(error), message[2]))
         results.send_bytes(data)
 
-    stats = getattr(it, "_chute_stats", None)
-    if stats is not None:  # statistics are on: they ride along with a message now and then
-        send = functools.partial(_with_stats, send, stats)
+    # Statistics (when on) and metrics ride along with a message now and then.
+    send = functools.partial(_with_reports, send, getattr(it, "_chute_stats", None))
     try:
         send((READY, None, it.get_state()))
         _serve(it, credits, send)
@@ -202,10 +204,16 @@ def _stack_in_ring(writer: RingWriter, leaves: list[Any]) -> Any:
     return tree.stack(leaves)
 
 
-def _with_stats(send: Any, stats: Any, message: tuple[Any, ...]) -> None:
-    """Sends ``message``, with this worker's statistics when they are due or at the end."""
-    if stats.due or message[0] == END:
-        message = (*message, stats.report())
+def _with_reports(send: Any, stats: Any, message: tuple[Any, ...]) -> None:
+    """Sends ``message``, with this worker's statistics (``stats``: None when untracked) and
+    the changes of its metrics, each when due and at the end."""
+    end = message[0] == END
+    report = stats.report() if stats is not None and (stats.due or end) else None
+    changed = metrics.changes() if end or metrics.due() else None
+    if changed is not None:
+        message = (*message, report, changed)
+    elif report is not None:
+        message = (*message, report)
     send(message)
 
 

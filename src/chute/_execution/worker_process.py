@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from chute._core import metrics
 from chute._core.errors import WorkerDiedError, add_note, closed_error
 from chute._core.iterator import DatasetIterator
 from chute._execution import (
@@ -69,6 +70,7 @@ def _stop(process: Any, pipes: list[Any], reader: RingReader, deadline: list[flo
         process.kill()
         process.join(timeout=5)
     reader.close()
+    metrics.forget(process.pid)  # its gauges; what it counted stays counted
 
 
 def _interrupt(process: Any) -> None:
@@ -200,8 +202,12 @@ class WorkerIterator(DatasetIterator[Any]):
         message = self._ring.decode(data[1:]) if data[:1] == b"R" else pickle.loads(data[1:])
         if message[0] == FAILED:
             raise self._failed(message[1])
-        if len(message) > 3:  # the worker's statistics ride along (chute._stats)
-            self._stats, message = message[3], message[:3]
+        if len(message) > 3:  # the worker's statistics and metrics ride along (worker_loop)
+            if message[3] is not None:
+                self._stats = message[3]
+            if len(message) > 4:
+                metrics.merge(message[4], source=self._process.pid)
+            message = message[:3]
         return message
 
     def _failed(self, report: worker_errors.Report) -> BaseException:

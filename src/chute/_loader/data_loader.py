@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._core import metrics
 from chute._core.config import config
 from chute._core.errors import CheckpointError, closed_error
 from chute._core.nesting import inner_iterators
@@ -304,6 +305,7 @@ class DataLoaderIterator:
         self._base_seed = worker_seeds.base_seed(loader._seed, loader._epochs)
         self._tracked = bool(config.py_debug_mode)
         self._start(Stream((), 0, loader._length()), max(1, loader._worker_count))
+        metrics.add_buffer(self)
         if self._tracked:  # statistics: the workers time their pipelines, and this times next()
             name = f"DataLoader({loader._worker_count} workers)"
             self._chute_stats = LoaderCollector(lambda: self._workers._parents, name)

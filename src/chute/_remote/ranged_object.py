@@ -8,6 +8,11 @@ raises, so nothing is lost or repeated.  The object's version (ETag, or a GCS ge
 is taken at open; a read that finds another version raises ``SourceChangedError`` rather
 than mixing bytes of two versions.
 
+Each request counts in ``chute._core.metrics``: ``remote_requests`` (every GET and HEAD,
+each retry included), ``remote_retries``, ``remote_bytes`` (the bytes of each whole
+answer) and ``remote_read_seconds`` (each GET's latency, failed ones included); a merged
+GET counts once, however many ranges it serves.
+
 Where credentials and endpoints come from:
 
 * ``s3://bucket/key``: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
@@ -31,9 +36,11 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any, TypeVar
 
+from chute._core import metrics
 from chute._core.errors import SourceChangedError
 from chute._remote.retry import RetryPolicy, with_retries
 
@@ -74,7 +81,7 @@ class RangedSource:
         if known is not None:  # size and version from an index: no request to open
             self._size, self.version = known
         else:
-            self._size, self.version = backend.run(lambda: self._guard(backend.head(), "HEAD"))
+            self._size, self.version = backend.run(lambda: self._guard(_head(backend), "HEAD"))
 
     def size(self) -> int:
         return int(self._size)
@@ -145,7 +152,7 @@ class RangedSource:
 
         blobs = await gather_or_cancel(one(s, e) for s, e in merged)
         if not backend.checks_each_read and self.version is not None:
-            _, now = await self._guard(backend.head(), "HEAD")
+            _, now = await self._guard(_head(backend), "HEAD")
             if now != self.version:
                 raise self._changed(now)
         return list(blobs)
@@ -158,7 +165,7 @@ class RangedSource:
             if calls:
                 return calls.pop()
             if verb == "HEAD":
-                return backend.head()
+                return _head(backend)
             return self._get(backend, start, end)
 
         where = f"{verb} {self.url}" + (f" bytes {start}-{end}" if verb == "GET" else "")
@@ -169,16 +176,25 @@ class RangedSource:
 
     async def _get(self, backend: Any, start: int, end: int) -> bytes:
         """Bytes ``start``-``end``, whole: an answer cut short is a failure to retry."""
-        data = await backend.get(start, end, self.version)
+        metrics.count("remote_requests")
+        began = time.perf_counter()
+        try:
+            data = await backend.get(start, end, self.version)
+        except Exception:  # (not a request cancelled because another of its batch failed)
+            metrics.observe("remote_read_seconds", time.perf_counter() - began)
+            raise
+        metrics.observe("remote_read_seconds", time.perf_counter() - began)
         if len(data) != end - start:
             raise IncompleteAnswer(
                 f"{self.url}: asked for bytes {start}-{end} and got {len(data)} bytes."
             )
+        metrics.count("remote_bytes", len(data))
         return data
 
     def _count(self, exc: BaseException) -> None:
         with self._lock:
             self.retries += 1
+        metrics.count("remote_retries")
 
     def _translate(self, exc: Exception) -> Exception:
         name = type(exc).__name__
@@ -205,6 +221,12 @@ class RangedSource:
             f"{self.url} changed while it was being read: it was version {self.version} "
             f"when opened{seen}. Open it again to read the new version."
         )
+
+
+async def _head(backend: Any) -> tuple[int, str | None]:
+    """The object's size and version (a HEAD request, counted)."""
+    metrics.count("remote_requests")
+    return await backend.head()
 
 
 def read_many(requests: list[tuple[RangedSource, list[tuple[int, int]]]]) -> list[list[bytes]]:

@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from chute._core import metrics
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError
 from chute._core.options import MultiprocessingOptions, RayExecutor
@@ -213,6 +214,7 @@ class _MultiprocessIterator(RoundRobinIterator):
         count = ds._worker_count()
         super().__init__(ds._workers(stream, [None] * count, self._base_seed))
         self._sizer = ds._sizer(count)
+        metrics.add_buffer(self)
 
     def _buffer_fill(self) -> tuple[int, int]:
         """Workers with an element ready, and the workers (read by the statistics only)."""

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._core import metrics
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.errors import Origin
 from chute._core.in_place_slice import sequential_block
@@ -141,6 +142,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._chunk_seconds = chunk_seconds()
         self._holes = _HoleCount(self)
         self._start_at(0)
+        metrics.add_buffer(self)
 
     def _start_at(self, index: int) -> None:
         self._holes.restart(index)

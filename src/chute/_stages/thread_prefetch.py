@@ -29,6 +29,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from chute._core import metrics
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from chute._core.errors import closed_error
 from chute._core.validate import check_int
@@ -227,6 +228,7 @@ class _ThreadPrefetchIterator(DatasetIterator[Any]):
         self._thread: threading.Thread | None = None
         self._stop: weakref.finalize | None = None
         self._exhausted = False
+        metrics.add_buffer(self)
 
     def __next__(self) -> Any:
         if self._closed:

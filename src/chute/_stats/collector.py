@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from chute._core import metrics
 from chute._stats import records as _records
 from chute._stats.graph import StageNode, post_order, retries_of, stage_graph
 from chute._stats.records import StageRecord
@@ -48,6 +49,7 @@ class Collector:
         self._implicit = ""  # the stage watch() timed itself, if any
         self._shape: list[tuple[str, str, tuple[int, ...]]] | None = None  # report()'s stages
         self._counting: list[tuple[int, Any]] | None = None  # stages whose sources count retries
+        self.metrics_start = metrics.snapshot()  # the summary's reads count from here
 
     def watch(self, iterator: Any) -> None:
         """``iterator`` is the one handed to the user: its calls are the user's loop waiting.
@@ -192,6 +194,7 @@ class LoaderCollector:
     def __init__(self, workers: Callable[[], Sequence[Any]], name: str) -> None:
         self._workers, self._name = workers, name
         self.outer = StageRecord()
+        self.metrics_start = metrics.snapshot()  # the summary's reads count from here
 
     def watch(self, iterator: Any) -> None:
         """The loader's iterator: its calls are the user's loop waiting."""

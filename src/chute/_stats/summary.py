@@ -12,6 +12,9 @@ import dataclasses
 import json
 from typing import Any
 
+from chute._stats.reads import ReadStats, read_stats
+from chute._stats.reads import text as _reads_text
+
 __all__ = ["BufferStats", "ExecutionSummary", "StageStats", "build", "execution_summary", "table"]
 
 
@@ -87,6 +90,9 @@ class ExecutionSummary:
       ray_nodes: the node of each Ray worker (``RayExecutor``), in worker order.
       moving_seconds: the time this process spent waiting for and reading the
         Ray workers' elements from Ray's object store, over all workers.
+      reads: what the pipeline read from object stores and the local shard cache since
+        the iterator started, in this process and its workers (chute's metrics, as
+        ``chute.monitoring`` exports them); None when it read neither.
     """
 
     stages: tuple[StageStats, ...]
@@ -98,6 +104,7 @@ class ExecutionSummary:
     verdict: str
     ray_nodes: tuple[str, ...] = ()
     moving_seconds: float = 0.0
+    reads: ReadStats | None = None
 
     @property
     def wait_ratio(self) -> float:
@@ -185,6 +192,7 @@ def build(collector: Any) -> ExecutionSummary:
         verdict="",
         ray_nodes=tuple(node for node, _ in ray),
         moving_seconds=sum((seconds for _, seconds in ray), 0.0),
+        reads=read_stats(getattr(collector, "metrics_start", None)),
     )
     return dataclasses.replace(summary, verdict=verdict(summary))
 
@@ -275,4 +283,6 @@ def table(summary: ExecutionSummary) -> str:
             + f"; {summary.moving_seconds:.3g} s of the loop's wait went into taking "
             "their elements from Ray's object store."
         )
+    if summary.reads is not None:
+        lines += _reads_text(summary.reads, _time, _bytes)
     return "\n".join(lines)
