@@ -34,7 +34,8 @@ local=..., shuffle=True)`` in a torch ``DataLoader``) and LitData (``optimize``,
 ``StreamingDataLoader``).  Every loader's epoch must hold every record once.
 """
 
-# bench-requires: moto[server] boto3 obstore cramjam array_record prometheus_client torch==2.13.0 streaming-community litdata
+# bench-requires: moto[server] boto3 obstore cramjam array_record prometheus_client
+# bench-requires: torch==2.13.0 streaming-community litdata
 
 from __future__ import annotations
 
@@ -159,8 +160,12 @@ def download_all(index: str, folder: str) -> float:
     start = time.perf_counter()
     for shard in source.shards:
         known = (shard.size, shard.version)
-        cache.fetch_later(shard.path, shard.version, shard.size,
-                          lambda path=shard.path, known=known: open_ranged(path, known))  # fmt: skip
+        cache.fetch_later(
+            shard.path,
+            shard.version,
+            shard.size,
+            lambda path=shard.path, known=known: open_ranged(path, known),
+        )
     wait_for_copies(cache_dir, len(source.shards))
     seconds = time.perf_counter() - start
     shutil.rmtree(cache_dir)
@@ -172,44 +177,57 @@ def chute_rows(
 ) -> dict[str, Any]:
     rates: dict[str, Any] = {}
     for workers in (0, WORKERS):
-        how = "inline" if workers == 0 else f"{workers} workers"
-
-        def run(label: str, make: Callable[[], Any]) -> float:
-            seconds, n, _ = epoch(make)
-            assert n == expected, f"{label}: {n} records, not {expected}"
-            rates[f"{label} ({how})"] = n / seconds
-            print(
-                f"  {w.name:7} {how:10} {label:34} {n / seconds:>10,.0f} records/s ({seconds:.2f} s)"
-            )
-            return n / seconds
-
-        run("local", lambda: chute_loader(chute.ArrayRecordDataSource(files), workers))
-        if workers == 0:
-            seconds = download_all(index, folder)
-            rates["download limit"] = expected / seconds
-            print(f"  {w.name:7} {'':10} {'download limit (fill the cache)':34} "
-                  f"{expected / seconds:>10,.0f} records/s ({seconds:.2f} s)")  # fmt: skip
-        run("bucket", lambda: chute_loader(chute.ArrayRecordDataSource(index), workers))
-        cache_dir = tempfile.mkdtemp(dir=folder, prefix="cache-")
-
-        def cached() -> Any:
-            return chute_loader(chute.ArrayRecordDataSource(index, cache_dir=cache_dir), workers)
-
-        run("cache epoch 1", cached)
-        held = wait_for_copies(cache_dir, w.shards)
-        print(f"  {'':7} {'':10} (copies after epoch 1: {held} of {w.shards})")
-        run("cache epoch 2", cached)
-        if workers == 0:
-            plain, exported = [], []
-            for _ in range(5):
-                plain.append(run("cache epoch 2", cached))
-                with Scraper() as scraper:
-                    exported.append(run("cache epoch 2, metrics exported", cached))
-                assert scraper.scrapes > 0
-            rates[f"cache epoch 2 ({how})"] = statistics.median(plain)
-            rates[f"cache epoch 2, metrics exported ({how})"] = statistics.median(exported)
-        shutil.rmtree(cache_dir)
+        chute_rows_with(w, index, files, expected, folder, workers, rates)
     return rates
+
+
+def chute_rows_with(
+    w: Workload,
+    index: str,
+    files: list[str],
+    expected: int,
+    folder: str,
+    workers: int,
+    rates: dict[str, Any],
+) -> None:
+    """The rows of chute with ``workers`` worker processes (0: inline)."""
+    how = "inline" if workers == 0 else f"{workers} workers"
+
+    def run(label: str, make: Callable[[], Any]) -> float:
+        seconds, n, _ = epoch(make)
+        assert n == expected, f"{label}: {n} records, not {expected}"
+        rates[f"{label} ({how})"] = n / seconds
+        print(f"  {w.name:7} {how:10} {label:34} {n / seconds:>10,.0f} records/s ({seconds:.2f} s)")
+        return n / seconds
+
+    run("local", lambda: chute_loader(chute.ArrayRecordDataSource(files), workers))
+    if workers == 0:
+        seconds = download_all(index, folder)
+        rates["download limit"] = expected / seconds
+        print(
+            f"  {w.name:7} {'':10} {'download limit (fill the cache)':34} "
+            f"{expected / seconds:>10,.0f} records/s ({seconds:.2f} s)"
+        )
+    run("bucket", lambda: chute_loader(chute.ArrayRecordDataSource(index), workers))
+    cache_dir = tempfile.mkdtemp(dir=folder, prefix="cache-")
+
+    def cached() -> Any:
+        return chute_loader(chute.ArrayRecordDataSource(index, cache_dir=cache_dir), workers)
+
+    run("cache epoch 1", cached)
+    held = wait_for_copies(cache_dir, w.shards)
+    print(f"  {'':7} {'':10} (copies after epoch 1: {held} of {w.shards})")
+    run("cache epoch 2", cached)
+    if workers == 0:
+        plain, exported = [], []
+        for _ in range(5):
+            plain.append(run("cache epoch 2", cached))
+            with Scraper() as scraper:
+                exported.append(run("cache epoch 2, metrics exported", cached))
+            assert scraper.scrapes > 0
+        rates[f"cache epoch 2 ({how})"] = statistics.median(plain)
+        rates[f"cache epoch 2, metrics exported ({how})"] = statistics.median(exported)
+    shutil.rmtree(cache_dir)
 
 
 # -- peers over S3 ------------------------------------------------------------------------
@@ -230,9 +248,15 @@ def _import_streaming() -> Any:
         import importlib.machinery
         import types
 
-        stand_in = {name: types.ModuleType(name) for name in
-                    ("torchvision", "torchvision.datasets", "torchvision.transforms",
-                     "torchvision.transforms.functional")}  # fmt: skip
+        stand_in = {
+            name: types.ModuleType(name)
+            for name in (
+                "torchvision",
+                "torchvision.datasets",
+                "torchvision.transforms",
+                "torchvision.transforms.functional",
+            )
+        }
         stand_in["torchvision.datasets"].VisionDataset = object  # type: ignore[attr-defined]
         stand_in["torchvision.datasets"].CIFAR10 = object  # type: ignore[attr-defined]
         stand_in["torchvision.transforms.functional"].to_tensor = None  # type: ignore[attr-defined]
@@ -277,10 +301,12 @@ def streaming_epochs(remote: str, cache: str, workers: int) -> list[tuple[float,
 
     StreamingDataset = _import_streaming().StreamingDataset
 
-    dataset = StreamingDataset(remote=remote, local=cache, shuffle=True, shuffle_seed=0,
-                               batch_size=BATCH)  # fmt: skip
-    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=workers,
-                                         collate_fn=records_of)  # fmt: skip
+    dataset = StreamingDataset(
+        remote=remote, local=cache, shuffle=True, shuffle_seed=0, batch_size=BATCH
+    )
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=BATCH, num_workers=workers, collate_fn=records_of
+    )
     return [epoch(lambda: loader) for _ in range(2)]
 
 
@@ -297,13 +323,15 @@ def litdata_epochs(remote: str, cache: str, workers: int) -> list[tuple[float, i
     # http, so its client is allowed http, as it would be for any local S3 server.
     downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = True  # type: ignore[index]
     dataset = litdata.StreamingDataset(remote, shuffle=True, seed=0, cache_dir=cache)
-    loader = litdata.StreamingDataLoader(dataset, batch_size=BATCH, num_workers=workers,
-                                         collate_fn=records_of)  # fmt: skip
+    loader = litdata.StreamingDataLoader(
+        dataset, batch_size=BATCH, num_workers=workers, collate_fn=records_of
+    )
     return [epoch(lambda: loader) for _ in range(2)]
 
 
-def peer_rows(w: Workload, data: list[bytes], index_url: str, s3: Any, folder: str,
-              expected: int) -> dict[str, Any]:  # fmt: skip
+def peer_rows(
+    w: Workload, data: list[bytes], index_url: str, s3: Any, folder: str, expected: int
+) -> dict[str, Any]:
     rates: dict[str, Any] = {}
     key = w.name.replace(" ", "")
     cache_dir = tempfile.mkdtemp(dir=folder, prefix="cache-s3-")
@@ -326,8 +354,12 @@ def peer_rows(w: Workload, data: list[bytes], index_url: str, s3: Any, folder: s
         # Each peer runs in a fresh interpreter: chute's transport (obstore) started in
         # this one, and LitData's own obstore client cannot be used in a child forked
         # after that.
-        done = subprocess.run([sys.executable, __file__, "--peer", name, remote, cache,
-                               str(WORKERS)], capture_output=True, text=True, timeout=900)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, __file__, "--peer", name, remote, cache, str(WORKERS)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         last = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else []
         if done.returncode == 0 and last and last[0].startswith("["):
             runs[name] = [tuple(e) for e in json.loads(last[0])]
@@ -338,8 +370,10 @@ def peer_rows(w: Workload, data: list[bytes], index_url: str, s3: Any, folder: s
         for e, (seconds, n, _) in enumerate(epochs, 1):
             ok = "" if n == expected else f"  PROBLEM: {n} records, not {expected}"
             rates[f"{name} S3 epoch {e}"] = n / seconds
-            print(f"  {w.name:7} {WORKERS} workers  {name + ' S3 epoch ' + str(e):34} "
-                  f"{n / seconds:>10,.0f} records/s ({seconds:.2f} s){ok}")  # fmt: skip
+            print(
+                f"  {w.name:7} {WORKERS} workers  {name + ' S3 epoch ' + str(e):34} "
+                f"{n / seconds:>10,.0f} records/s ({seconds:.2f} s){ok}"
+            )
     return rates
 
 
@@ -357,12 +391,16 @@ def main() -> int:
     started = time.perf_counter()
     env = common.environment()
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-cache-") as folder, \
-            s3_servers() as (_, proxy):  # fmt: skip
-        os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
-                          AWS_REGION="us-east-1", AWS_ENDPOINT_URL=proxy,
-                          AWS_ENDPOINT_URL_S3=proxy, S3_ENDPOINT_URL=proxy,
-                          AWS_ALLOW_HTTP="true")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="bench-cache-") as folder, s3_servers() as (_, proxy):
+        os.environ.update(
+            AWS_ACCESS_KEY_ID="test",
+            AWS_SECRET_ACCESS_KEY="test",
+            AWS_REGION="us-east-1",
+            AWS_ENDPOINT_URL=proxy,
+            AWS_ENDPOINT_URL_S3=proxy,
+            S3_ENDPOINT_URL=proxy,
+            AWS_ALLOW_HTTP="true",
+        )
         s3 = boto3.client("s3", endpoint_url=proxy, region_name="us-east-1")
         s3.create_bucket(Bucket=BUCKET)
         with range_server(folder, LATENCY) as http:
@@ -370,8 +408,9 @@ def main() -> int:
             for w in WORKLOADS:
                 key = w.name.replace(" ", "")
                 data = records(w)
-                files = write_array_record(data, os.path.join(folder, key, "train"),
-                                           num_shards=w.shards)  # fmt: skip
+                files = write_array_record(
+                    data, os.path.join(folder, key, "train"), num_shards=w.shards
+                )
                 served = [f"{http}/{key}/{os.path.basename(f)}" for f in files]
                 write_index(served, os.path.join(folder, key, "http.chute-index"))
                 urls = []
@@ -390,29 +429,69 @@ def main() -> int:
     rows = []
     for name, r in results.items():
         for how in ("inline", f"{WORKERS} workers"):
-            rows.append([f"{name} {how}: cache epoch 1 / bucket (read-ahead)",
-                         r[f"cache epoch 1 ({how})"] / r[f"bucket ({how})"], TARGETS["read-ahead"]])  # fmt: skip
+            rows.append(
+                [
+                    f"{name} {how}: cache epoch 1 / bucket (read-ahead)",
+                    r[f"cache epoch 1 ({how})"] / r[f"bucket ({how})"],
+                    TARGETS["read-ahead"],
+                ]
+            )
             if how == "inline":
-                rows.append([f"{name}: download limit / bucket (the most read-ahead can give)",
-                             r["download limit"] / r[f"bucket ({how})"], None])  # fmt: skip
-            rows.append([f"{name} {how}: cache epoch 2 / local",
-                         r[f"cache epoch 2 ({how})"] / r[f"local ({how})"], TARGETS["epoch 2 / local"]])  # fmt: skip
+                rows.append(
+                    [
+                        f"{name}: download limit / bucket (the most read-ahead can give)",
+                        r["download limit"] / r[f"bucket ({how})"],
+                        None,
+                    ]
+                )
+            rows.append(
+                [
+                    f"{name} {how}: cache epoch 2 / local",
+                    r[f"cache epoch 2 ({how})"] / r[f"local ({how})"],
+                    TARGETS["epoch 2 / local"],
+                ]
+            )
         exported = r.get("cache epoch 2, metrics exported (inline)")
-        rows.append([f"{name} inline: metrics exported / not",
-                     exported / r["cache epoch 2 (inline)"] if exported else None,
-                     TARGETS["metrics"]])  # fmt: skip
+        rows.append(
+            [
+                f"{name} inline: metrics exported / not",
+                exported / r["cache epoch 2 (inline)"] if exported else None,
+                TARGETS["metrics"],
+            ]
+        )
         for peer in ("Streaming", "LitData"):
             for e in (1, 2):
                 theirs = r.get(f"{peer} S3 epoch {e}")
-                rows.append([f"{name} S3 epoch {e}: chute / {peer}",
-                             r[f"chute S3 epoch {e}"] / theirs if theirs else None, 1.0])  # fmt: skip
-    common.print_table(["ratio", "value", "target", "result"],
-                       [[label, f"{v:.2f}x" if v else "-", f">= {t:g}x" if t else "",
-                         ("PASS" if v and v >= t else "SHORT") if t else ""]
-                        for label, v, t in rows], {1, 2})  # fmt: skip
-    common.write_json(args.json, {"benchmark": "cache", "environment": env, "rates": results,
-                                  "ratios": [{"label": l, "value": v, "target": t} for l, v, t in rows],
-                                  "total_seconds": time.perf_counter() - started})  # fmt: skip
+                rows.append(
+                    [
+                        f"{name} S3 epoch {e}: chute / {peer}",
+                        r[f"chute S3 epoch {e}"] / theirs if theirs else None,
+                        1.0,
+                    ]
+                )
+    common.print_table(
+        ["ratio", "value", "target", "result"],
+        [
+            [
+                label,
+                f"{v:.2f}x" if v else "-",
+                f">= {t:g}x" if t else "",
+                ("PASS" if v and v >= t else "SHORT") if t else "",
+            ]
+            for label, v, t in rows
+        ],
+        {1, 2},
+    )
+    common.write_json(
+        args.json,
+        {
+            "benchmark": "cache",
+            "environment": env,
+            "rates": results,
+            "ratios": [{"label": a, "value": v, "target": t} for a, v, t in rows],
+            "total_seconds": time.perf_counter() - started,
+        },
+    )
     print(f"\ntotal {time.perf_counter() - started:.1f} s")
     return 0
 
