@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from chute._core.config import config
-from chute._core.errors import CheckpointError, closed_error
+from chute._core.errors import CheckpointError, add_note, closed_error
 from chute._core.nesting import inner_iterators
 from chute._core.options import RayExecutor, ReadOptions
 from chute._core.sharding import NoSharding, ShardOptions
@@ -35,6 +35,7 @@ from chute._core.validate import check_int
 from chute._execution import launch, processes, worker_seeds
 from chute._execution.round_robin import RoundRobinIterator
 from chute._loader.grain_state import is_grain_loader_state, loader_from_grain
+from chute._loader.loader_state_check import check_loader_state
 from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._loader.pipeline import worker_dataset
 from chute._loader.samplers import IndexSampler
@@ -402,21 +403,31 @@ class DataLoaderIterator:
     def set_state(self, state: bytes | str) -> None:
         """Resumes at a position from ``get_state()``, also with another ``worker_count``.
 
+        The whole state is checked before a worker stops; a state that is
+        refused leaves the iterator where it was.
+
         Args:
             state: The bytes (or str) that ``get_state()`` returned.
 
         Raises:
-            CheckpointError: The state comes from a loader built differently, or
-                cannot move to this worker count (the message says why).
+            CheckpointError: The state comes from a loader built differently, is
+                damaged (the message names the key), or cannot move to this worker
+                count (the message says why).
         """
         saved = self._parse(state)
-        stream = Stream(
-            tuple(saved["stream"]["pending"]), int(saved["stream"]["tail"]), self._loader._length()
-        )
-        workers = max(1, self._loader._worker_count)
-        if saved["worker_count"] == workers:
-            self._workers.close()
-            self._start(stream, workers, saved)
+        check_loader_state(self._loader, saved)
+        self._check_worker_count(saved)
+        before = self.get_state()
+        try:
+            self._restore(saved)
+        except CheckpointError as exc:  # found while an inline worker replayed its pulls
+            self._restore(self._parse(before))
+            add_note(exc, "chute: the iterator is back where it was before set_state().")
+            raise
+
+    def _check_worker_count(self, saved: dict[str, Any]) -> None:
+        """Raises unless ``saved`` restores with this loader's worker count."""
+        if saved["worker_count"] == max(1, self._loader._worker_count):
             return
         problem = self._loader._relayout_problem()
         if problem is None and saved["positions"] is None:
@@ -427,8 +438,17 @@ class DataLoaderIterator:
                 f"restored into a DataLoader with worker_count={self._loader._worker_count}: "
                 f"{problem}. Restore it with the saved worker count."
             )
+
+    def _restore(self, saved: dict[str, Any]) -> None:
+        stream = Stream(
+            tuple(saved["stream"]["pending"]), int(saved["stream"]["tail"]), self._loader._length()
+        )
+        workers = max(1, self._loader._worker_count)
         self._workers.close()
-        self._start(relayout(stream, saved["worker_count"], saved["positions"]), workers)
+        if saved["worker_count"] == workers:
+            self._start(stream, workers, saved)
+        else:
+            self._start(relayout(stream, saved["worker_count"], saved["positions"]), workers)
 
     def _parse(self, state: bytes | str) -> dict[str, Any]:
         try:
@@ -439,7 +459,15 @@ class DataLoaderIterator:
             ) from None
         allowed = getattr(self, "_allow_pipeline_change", False)
         if is_grain_loader_state(saved):  # saved by Grain's DataLoader
-            return loader_from_grain(self._loader, saved, check=not allowed)
+            try:
+                return loader_from_grain(self._loader, saved, check=not allowed)
+            except CheckpointError:
+                raise
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                raise CheckpointError(
+                    f"DataLoaderIterator.set_state(): the Grain DataLoader state is damaged "
+                    f"({type(exc).__name__}: {exc}); pass the bytes Grain's get_state() returned."
+                ) from None
         if not isinstance(saved, dict) or saved.get("version") != STATE_VERSION:
             raise CheckpointError(
                 f"DataLoaderIterator.set_state(): unsupported state version "

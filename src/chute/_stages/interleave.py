@@ -41,8 +41,9 @@ from typing import Any
 import numpy as np
 
 from chute._core import errors
-from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.dataset import STATE_VERSION, DatasetIterator, IterDataset, MapDataset
 from chute._core.errors import CheckpointError
+from chute._core.state_check import by_stage, fields, is_int, refuse, require
 from chute._core.validate import check_int
 from chute._execution.daemon_pool import DaemonPool
 from chute._stages.next_index import get_next_index, set_next_index
@@ -161,6 +162,7 @@ class _Place:
 
 class _InterleaveIterator(DatasetIterator[Any]):
     _stage = "interleave"
+    _state_fields = fields(**dict.fromkeys(("turn", "next_dataset", "places"), by_stage))
 
     def __init__(self, count: int, cycle: int, opener: _Opener) -> None:
         super().__init__()
@@ -224,6 +226,9 @@ class _InterleaveIterator(DatasetIterator[Any]):
         place = self._places[turn]
         try:
             place.iterator = self._opener.take(place.index, place.state)
+        except CheckpointError as exc:  # the saved state does not fit the dataset: keep it
+            errors.annotate(exc, f"{_NAME} (restoring dataset {place.index})", place.index)
+            raise
         except Exception as exc:
             self._places[turn] = _WAITING
             errors.annotate(exc, f"{_NAME} (restoring dataset {place.index})", place.index)
@@ -291,6 +296,35 @@ class _InterleaveIterator(DatasetIterator[Any]):
         self._release()
         self._restart(state["turn"], state["next_dataset"], places)
 
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        """The places; an open place's own state only as far as its dataset is not needed.
+
+        A restore opens no dataset (each opens when its turn comes), so a place's
+        state is checked whole by its dataset's iterator when that opens; a refusal
+        there raises from ``next()`` and keeps the place, skipping nothing.
+        """
+        places = _loaded(state, len(self._places), self._count)
+        opened = [p.index for p in places if isinstance(p, _Place)]
+        require(self, len(set(opened)) == len(opened), where, f"datasets {opened} open twice")
+        require(
+            self,
+            None not in places or state["next_dataset"] == self._count,
+            where,
+            "a place is closed before every dataset was opened",
+        )
+        for k, place in enumerate(places):
+            if isinstance(place, _Place) and place.state is not None:  # None: from its start
+                saved = place.state
+                if not (
+                    isinstance(saved, dict)
+                    and saved.get("version") == STATE_VERSION
+                    and isinstance(saved.get("stage"), str)
+                ):
+                    expected = f"None or a dataset's state (a dict with 'version': {STATE_VERSION})"
+                    raise refuse(
+                        self, f"places[{k}][1]", f"{where}['places'][{k}][1]", expected, saved
+                    )
+
     def _release(self) -> None:
         """Closes every iterator and joins every thread."""
         self._opener.reset()
@@ -318,24 +352,18 @@ def _loaded(state: dict[str, Any], cycle: int, count: int) -> list[Any]:
     """The places of a saved state, checked against this dataset."""
     saved, turn, next_dataset = state["places"], state["turn"], state["next_dataset"]
     if not isinstance(saved, list) or len(saved) != cycle:
+        reads = f"{len(saved)} datasets" if isinstance(saved, list) else f"places {saved!r:.40}"
         raise CheckpointError(
-            f"{_NAME}.set_state(): the state reads {len(saved)} datasets at once, this "
+            f"{_NAME}.set_state(): the state reads {reads} at once, this "
             f"dataset {cycle}: build it with the same datasets and cycle_length."
         )
-    if not (
-        isinstance(turn, int) and 0 <= turn < max(cycle, 1) and isinstance(next_dataset, int)
-    ) or not (0 <= next_dataset <= count):
+    if not (is_int(turn, max(cycle, 1) - 1) and is_int(next_dataset, count)):
         raise CheckpointError(f"{_NAME}.set_state(): bad position in the state {state}.")
     places: list[Any] = []
     for entry in saved:
         if entry is None or entry == _WAITING:
             places.append(None if entry is None else _WAITING)
-        elif (
-            isinstance(entry, list)
-            and len(entry) == 2
-            and isinstance(entry[0], int)
-            and 0 <= entry[0] < next_dataset
-        ):
+        elif isinstance(entry, list) and len(entry) == 2 and is_int(entry[0], next_dataset - 1):
             places.append(_Place(entry[0], None, entry[1]))
         else:
             raise CheckpointError(f"{_NAME}.set_state(): bad place {entry!r} in the state.")
