@@ -7,7 +7,9 @@ state a ``"version"`` and the stage's name and check them on restore.
 
 The iterator that ``iter(dataset)`` returns to the user (not those the stages
 build for their parents) also knows its dataset, so its state carries the
-pipeline's fingerprint (``chute._core.fingerprint``), checked on restore.
+pipeline's fingerprint (``chute._core.fingerprint``), checked on restore, and
+it takes ``next()``, ``get_state()`` and ``set_state()`` one at a time
+(``chute._core.thread_guard``), so a checkpoint may be taken from any thread.
 
 ``set_state()`` checks the whole state before it changes anything
 (``chute._core.state_check``): every stage's ``set_state`` is wrapped so that
@@ -25,6 +27,7 @@ from typing import Any, ClassVar, TypeVar
 from chute._core import errors, fingerprint, pipeline_context, registry, state_check
 from chute._core.iterator_reports import describe_chain, skipped_records
 from chute._core.nesting import inner_iterators, is_nested
+from chute._core.thread_guard import guard
 
 T = TypeVar("T")
 
@@ -62,6 +65,7 @@ def _marks_outer_iterator(iter_fn: Callable[[Any], Any]) -> Callable[[Any], Any]
                 if multiprocessing.parent_process() is None:
                     it._pipeline = self
                     stats.picture_when_asked(self)
+                    guard(it)
                 if collector is not None:
                     it._chute_stats = collector  # type: ignore[attr-defined]
             except AttributeError:  # an iterator with __slots__ goes unchecked

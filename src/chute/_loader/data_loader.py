@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -294,6 +295,10 @@ def _iterate(ds: Any, tracked: bool) -> Any:
 class DataLoaderIterator:
     """Iterates a DataLoader; ``get_state()``/``set_state()`` checkpoint it as JSON bytes.
 
+    ``next()``, ``get_state()`` and ``set_state()`` take turns (a lock), so a
+    checkpoint may be taken from another thread while the training loop
+    iterates: the state is the position between two batches the loop received.
+
     Args:
         loader: The DataLoader to read; ``iter(loader)`` builds this for you.
     """
@@ -301,6 +306,7 @@ class DataLoaderIterator:
     def __init__(self, loader: DataLoader) -> None:
         self._loader = loader
         self._closed = False
+        self._lock = threading.RLock()
         loader._epochs += 1
         self._base_seed = worker_seeds.base_seed(loader._seed, loader._epochs)
         self._tracked = bool(config.py_debug_mode)
@@ -361,9 +367,10 @@ class DataLoaderIterator:
         return self
 
     def __next__(self) -> Any:
-        if self._closed:
-            raise closed_error("DataLoaderIterator")
-        return next(self._workers)
+        with self._lock:
+            if self._closed:
+                raise closed_error("DataLoaderIterator")
+            return next(self._workers)
 
     def _buffer_fill(self) -> tuple[int, int]:
         """Workers with an element ready, and the workers (read by the statistics only)."""
@@ -384,6 +391,10 @@ class DataLoaderIterator:
         Returns:
             JSON bytes, small and independent of the buffered elements.
         """
+        with self._lock:
+            return self._get_state()
+
+    def _get_state(self) -> bytes:
         workers = self._workers.get_state()
         states = workers["workers"]
         state = {
@@ -414,16 +425,17 @@ class DataLoaderIterator:
                 damaged (the message names the key), or cannot move to this worker
                 count (the message says why).
         """
-        saved = self._parse(state)
-        check_loader_state(self._loader, saved)
-        self._check_worker_count(saved)
-        before = self.get_state()
-        try:
-            self._restore(saved)
-        except CheckpointError as exc:  # found while an inline worker replayed its pulls
-            self._restore(self._parse(before))
-            add_note(exc, "chute: the iterator is back where it was before set_state().")
-            raise
+        with self._lock:
+            saved = self._parse(state)
+            check_loader_state(self._loader, saved)
+            self._check_worker_count(saved)
+            before = self._get_state()
+            try:
+                self._restore(saved)
+            except CheckpointError as exc:  # found while an inline worker replayed its pulls
+                self._restore(self._parse(before))
+                add_note(exc, "chute: the iterator is back where it was before set_state().")
+                raise
 
     def _check_worker_count(self, saved: dict[str, Any]) -> None:
         """Raises unless ``saved`` restores with this loader's worker count."""
