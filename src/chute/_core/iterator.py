@@ -75,23 +75,6 @@ def _marks_outer_iterator(iter_fn: Callable[[Any], Any]) -> Callable[[Any], Any]
     return __iter__
 
 
-def _checks_first(apply: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
-    """Wraps a stage's ``set_state``: the outermost call checks the whole state, then applies.
-
-    Parents' ``set_state`` called while it applies skip the checks their part passed.
-    """
-
-    @functools.wraps(apply)
-    def set_state(self: Any, state: Any) -> None:
-        if self._state_fields is None or state_check.is_checked(state):
-            apply(self, state)
-        else:
-            self._restore(state, apply)
-
-    set_state._chute_checks_first = True  # type: ignore[attr-defined]
-    return set_state
-
-
 class _CheckedInit(abc.ABCMeta):
     """Catches a subclass ``__init__`` that forgot ``super().__init__()``.
 
@@ -114,9 +97,9 @@ class _CheckedInit(abc.ABCMeta):
             set_fn is not None
             and hasattr(cls, "_state_fields")  # an iterator, not a dataset
             and not getattr(set_fn, "__isabstractmethod__", False)
-            and not getattr(set_fn, "_chute_checks_first", False)
+            and not getattr(set_fn, state_check.CHECKS_FIRST, False)
         ):
-            cls.set_state = _checks_first(set_fn)
+            cls.set_state = state_check.checks_first(set_fn)
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         obj = super().__call__(*args, **kwargs)
@@ -285,7 +268,7 @@ class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
                 f"(got {type(state).__name__}){at}."
             )
         version = state.get("version")
-        if version != STATE_VERSION:
+        if type(version) is not int or version != STATE_VERSION:
             raise errors.CheckpointError(
                 f"{name}.set_state(): state version {version!r} is not supported "
                 f"(this chute writes and reads version {STATE_VERSION}){at}."

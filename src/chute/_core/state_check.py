@@ -26,6 +26,7 @@ own) checks its state itself, in its ``set_state``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import threading
 import types
@@ -37,11 +38,13 @@ import numpy as np
 from chute._core.errors import CheckpointError
 
 __all__ = [
+    "CHECKS_FIRST",
     "MAX_POSITION",
     "REACH",
     "by_stage",
     "check_pulls",
     "checking",
+    "checks_first",
     "count",
     "fields",
     "flag",
@@ -66,8 +69,26 @@ REACH = "the most elements its parent yields"
 
 #: ``check(iterator, key, value, where)``: raises ``CheckpointError`` for a bad value.
 Check = Callable[[Any, str, Any, str], None]
+#: Set on a ``set_state`` that checks first (or runs inside one that does): not wrapped again.
+CHECKS_FIRST = "_chute_checks_first"
 
 _CHECKED = threading.local()  # ids of the state parts checked by the restore under way
+
+
+def checks_first(apply: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """Wraps a stage's ``set_state``: the outermost call checks the whole state, then applies
+    (``DatasetIterator._restore``); the parents' ``set_state`` called while it applies skip
+    the checks their part passed."""
+
+    @functools.wraps(apply)
+    def set_state(self: Any, state: Any) -> None:
+        if self._state_fields is None or is_checked(state):
+            apply(self, state)
+        else:
+            self._restore(state, apply)
+
+    setattr(set_state, CHECKS_FIRST, True)
+    return set_state
 
 
 @contextlib.contextmanager

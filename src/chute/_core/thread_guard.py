@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chute._core.registry import UNTIMED
+from chute._core.state_check import CHECKS_FIRST
 
 __all__ = ["guard"]
 
@@ -72,7 +73,7 @@ def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
     call.__name__ = method.__name__
     call.__doc__ = method.__doc__
     call.__wrapped__ = method  # type: ignore[attr-defined]
-    call._chute_checks_first = True  # type: ignore[attr-defined] # checked inside ``method``
+    setattr(call, CHECKS_FIRST, True)  # ``method`` checks the state itself
     return call
 
 

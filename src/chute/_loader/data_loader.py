@@ -429,12 +429,16 @@ class DataLoaderIterator:
             saved = self._parse(state)
             check_loader_state(self._loader, saved)
             self._check_worker_count(saved)
-            before = self._get_state()
+            try:
+                before: bytes | None = self._get_state()
+            except Exception:  # a worker died before its first state: no position to go back to
+                before = None
             try:
                 self._restore(saved)
             except CheckpointError as exc:  # found while an inline worker replayed its pulls
-                self._restore(self._parse(before))
-                add_note(exc, "chute: the iterator is back where it was before set_state().")
+                if before is not None:
+                    self._restore(self._parse(before))
+                    add_note(exc, "chute: the iterator is back where it was before set_state().")
                 raise
 
     def _check_worker_count(self, saved: dict[str, Any]) -> None:
@@ -480,10 +484,10 @@ class DataLoaderIterator:
                     f"DataLoaderIterator.set_state(): the Grain DataLoader state is damaged "
                     f"({type(exc).__name__}: {exc}); pass the bytes Grain's get_state() returned."
                 ) from None
-        if not isinstance(saved, dict) or saved.get("version") != STATE_VERSION:
+        version = saved.get("version") if isinstance(saved, dict) else None
+        if type(version) is not int or version != STATE_VERSION:
             raise CheckpointError(
-                f"DataLoaderIterator.set_state(): unsupported state version "
-                f"{saved.get('version') if isinstance(saved, dict) else None!r} "
+                f"DataLoaderIterator.set_state(): unsupported state version {version!r} "
                 f"(this chute reads version {STATE_VERSION})."
             )
         for key, mine in (

@@ -352,21 +352,29 @@ def _loaded(state: dict[str, Any], cycle: int, count: int) -> list[Any]:
     """The places of a saved state, checked against this dataset."""
     saved, turn, next_dataset = state["places"], state["turn"], state["next_dataset"]
     if not isinstance(saved, list) or len(saved) != cycle:
-        reads = f"{len(saved)} datasets" if isinstance(saved, list) else f"places {saved!r:.40}"
+        reads = f"{len(saved)} datasets" if isinstance(saved, list) else f"{saved!r:.40}"
         raise CheckpointError(
-            f"{_NAME}.set_state(): the state reads {reads} at once, this "
+            f"{_NAME}.set_state(): the state reads {reads} at once ('places'), this "
             f"dataset {cycle}: build it with the same datasets and cycle_length."
         )
     if not (is_int(turn, max(cycle, 1) - 1) and is_int(next_dataset, count)):
-        raise CheckpointError(f"{_NAME}.set_state(): bad position in the state {state}.")
+        raise CheckpointError(
+            f"{_NAME}.set_state(): bad position in the state: 'turn' must be an int from 0 to "
+            f"{max(cycle, 1) - 1} and 'next_dataset' one from 0 to {count} (the state holds "
+            f"{state})."
+        )
     places: list[Any] = []
-    for entry in saved:
+    for k, entry in enumerate(saved):
         if entry is None or entry == _WAITING:
             places.append(None if entry is None else _WAITING)
         elif isinstance(entry, list) and len(entry) == 2 and is_int(entry[0], next_dataset - 1):
             places.append(_Place(entry[0], None, entry[1]))
         else:
-            raise CheckpointError(f"{_NAME}.set_state(): bad place {entry!r} in the state.")
+            raise CheckpointError(
+                f"{_NAME}.set_state(): bad place {entry!r:.80} in the state at 'places'[{k}]: "
+                "a place is None (closed), 'waiting', or [dataset index below 'next_dataset', "
+                "its state]."
+            )
     return places
 
 
