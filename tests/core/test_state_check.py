@@ -72,6 +72,11 @@ def _tokens() -> IterDataset[Any]:
     )
 
 
+def _built_on_demand() -> MapDataset[Any]:
+    """Four datasets, each built by a function when the interleave opens it."""
+    return MapDataset.range(4).map(lambda i: MapDataset.range(10 * i, 10 * i + 6))
+
+
 def _loader(workers: int) -> Callable[[], Any]:
     def make() -> Any:
         sampler = IndexSampler(30, NoSharding(), shuffle=True, num_epochs=1, seed=3)
@@ -109,6 +114,7 @@ IN_PROCESS: dict[str, Callable[[], Any]] = {
         [MapDataset.range(10 * i, 10 * i + 6).to_iter_dataset() for i in range(4)],
         cycle_length=2,
     ),
+    "interleave_on_demand": lambda: InterleaveIterDataset(_built_on_demand(), cycle_length=2),
     "zip_limit": lambda: LimitIterDataset(
         ZipIterDataset(
             [MapDataset.range(30).to_iter_dataset(), MapDataset.range(30).to_iter_dataset()]
@@ -136,35 +142,51 @@ def _reference(name: str, make: Callable[[], Any]) -> list[Any]:
 # -- damaging a state ------------------------------------------------------------------
 
 
-def _skipped(path: Path, stages: list[str]) -> bool:
-    """Parts whose damage may leave a valid state, or that are checked later on purpose."""
+def _in_a_place(path: Path) -> int:
+    """How deep ``path`` goes below an interleave place (0: not in one)."""
+    return len(path) - path.index("places") - 1 if "places" in path else 0
+
+
+def _skipped(path: Path, *, places_checked: bool) -> bool:
+    """Parts whose damage is checked elsewhere, or later on purpose."""
     if "fingerprint" in path:  # compared by tests/core/test_fingerprint.py
         return True
-    # An interleave place's own state is checked when its dataset opens (see
-    # test_a_damaged_place_state_raises_when_its_dataset_opens); a place may be closed.
-    return "places" in path and path.index("places") + 1 < len(path)
+    # Over datasets built on demand, a place's own state is checked when its dataset
+    # opens (test_a_damaged_place_state_raises_when_its_dataset_opens_and_keeps_the_place).
+    return not places_checked and _in_a_place(path) > 2
 
 
-def _damages(state: Any, path: Path = (), stages: list[str] | None = None) -> Iterator[Any]:
+def _wrong(path: Path, values: list[Any]) -> Iterator[Any]:
+    """``(path, value)`` for each value; None is right for a place (closed) or its state (fresh)."""
+    none_is_right = _in_a_place(path) in (1, 2)
+    return ((path, value) for value in values if not (none_is_right and value is None))
+
+
+def _damages(
+    state: Any, path: Path = (), stages: list[str] | None = None, *, places_checked: bool = True
+) -> Iterator[Any]:
     """Every (path, damage) of ``state`` that no get_state() could write."""
     stages = [*(stages or []), state.get("stage", "")] if isinstance(state, dict) else stages or []
-    if _skipped(path, stages):
+    if _skipped(path, places_checked=places_checked):
         return
+    deeper = {"places_checked": places_checked}
     if isinstance(state, dict):
         optional = OPTIONAL | OPTIONAL_IN.get(stages[-1] if stages else "", set())
+        inside = not _skipped((*path, "key"), places_checked=places_checked)
         for key, value in state.items():
-            if key not in optional:
+            if key not in optional and inside:
                 yield (*path, key), DELETE
-            yield from _damages(value, (*path, key), stages)
-        yield (*path, "unknown_key"), ADD
+            yield from _damages(value, (*path, key), stages, **deeper)
+        if inside:
+            yield (*path, "unknown_key"), ADD
         if path:
-            yield from ((path, bad) for bad in FOR_PART)
+            yield from _wrong(path, FOR_PART)
     elif isinstance(state, list):
         for k, value in enumerate(state):
-            yield from _damages(value, (*path, k), stages)
+            yield from _damages(value, (*path, k), stages, **deeper)
         if state and path[-1] not in ("failed", "pending"):
             yield path, TRUNCATE
-        yield from ((path, bad) for bad in (None, "list", 5, {}))
+        yield from _wrong(path, [None, "list", 5, {}])
     elif isinstance(state, bool):
         yield from ((path, bad) for bad in FOR_BOOL)
     elif isinstance(state, int):
@@ -220,7 +242,8 @@ def test_a_damaged_state_is_refused_and_changes_nothing(name: str, data: st.Data
         next(it)
     state = json.loads(json.dumps(it.get_state()))
     it.close()
-    path, damage = data.draw(st.sampled_from(list(_damages(state))), label="damage")
+    damages = list(_damages(state, places_checked=name != "interleave_on_demand"))
+    path, damage = data.draw(st.sampled_from(damages), label="damage")
     at = data.draw(st.integers(0, len(reference)), label="restored at")
     _refused_and_unchanged(make, reference, at, _damaged(state, path, damage), path)
 
@@ -327,10 +350,7 @@ def test_allow_pipeline_change_takes_positions_past_the_new_length() -> None:
 
 
 def test_a_damaged_place_state_raises_when_its_dataset_opens_and_keeps_the_place() -> None:
-    ds = InterleaveIterDataset(
-        [MapDataset.range(10 * i, 10 * i + 6).to_iter_dataset() for i in range(4)],
-        cycle_length=2,
-    )
+    ds = InterleaveIterDataset(_built_on_demand(), cycle_length=2)
     it = iter(ds)
     assert [next(it) for _ in range(3)] == [0, 10, 1]
     state = it.get_state()
@@ -351,3 +371,39 @@ def test_a_grain_state_is_translated_then_checked() -> None:
     assert next(it).tolist() == [2, 3]
     it.set_state({"next_index": 6})
     assert next(it).tolist() == [6, 7]
+
+
+def test_a_damaged_place_state_of_listed_datasets_is_refused_at_once() -> None:
+    ds = InterleaveIterDataset(
+        [MapDataset.range(10 * i, 10 * i + 6).to_iter_dataset() for i in range(4)],
+        cycle_length=2,
+    )
+    it = iter(ds)
+    assert [next(it) for _ in range(3)] == [0, 10, 1]
+    state = it.get_state()
+    state["places"][0][1]["next_index"] = 10**30
+    with pytest.raises(CheckpointError, match=r"state\['places'\]\[0\]\[1\]\['next_index'\]"):
+        it.set_state(state)
+    assert list(it) == [
+        11,
+        2,
+        12,
+        3,
+        13,
+        4,
+        14,
+        5,
+        15,
+        20,
+        30,
+        21,
+        31,
+        22,
+        32,
+        23,
+        33,
+        24,
+        34,
+        25,
+        35,
+    ]

@@ -119,6 +119,9 @@ class InterleaveIterDataset(IterDataset[Any]):
         iter_buffer_size: int = 1,
     ) -> None:
         super().__init__(_check_datasets(datasets))
+        # Given as a list, the datasets exist already: a restore may look them up to check
+        # their places' states.  A MapDataset may build each on demand: a restore builds none.
+        self._listed = not isinstance(datasets, MapDataset)
         self._cycle = _check_cycle_length(cycle_length)
         what = f"{_NAME}: "
         self._threads = check_int(num_make_iter_threads, what + "num_make_iter_threads", minimum=0)
@@ -141,7 +144,9 @@ class InterleaveIterDataset(IterDataset[Any]):
     def __iter__(self) -> DatasetIterator[Any]:
         datasets = self._parent
         opener = _Opener(datasets, self._threads, self._threads * self._ahead, self._read_ahead)
-        return _InterleaveIterator(len(datasets), min(self._cycle, len(datasets)), opener)
+        it = _InterleaveIterator(len(datasets), min(self._cycle, len(datasets)), opener)
+        it._listed = self._listed
+        return it
 
     def _describe(self) -> str:
         return (
@@ -163,6 +168,8 @@ class _Place:
 class _InterleaveIterator(DatasetIterator[Any]):
     _stage = "interleave"
     _state_fields = fields(**dict.fromkeys(("turn", "next_dataset", "places"), by_stage))
+
+    _listed = False  # the datasets were given as a list: see InterleaveIterDataset
 
     def __init__(self, count: int, cycle: int, opener: _Opener) -> None:
         super().__init__()
@@ -297,11 +304,12 @@ class _InterleaveIterator(DatasetIterator[Any]):
         self._restart(state["turn"], state["next_dataset"], places)
 
     def _check_part(self, state: dict[str, Any], where: str) -> None:
-        """The places; an open place's own state only as far as its dataset is not needed.
+        """The places, and each open place's state against a fresh iterator of its dataset.
 
-        A restore opens no dataset (each opens when its turn comes), so a place's
-        state is checked whole by its dataset's iterator when that opens; a refusal
-        there raises from ``next()`` and keeps the place, skipping nothing.
+        Datasets given as a MapDataset may be built on demand (a user's function
+        per file): a restore builds none, so their places' states are checked
+        whole when each dataset opens; a refusal there raises from ``next()`` and
+        keeps the place, skipping nothing.
         """
         places = _loaded(state, len(self._places), self._count)
         opened = [p.index for p in places if isinstance(p, _Place)]
@@ -314,16 +322,20 @@ class _InterleaveIterator(DatasetIterator[Any]):
         )
         for k, place in enumerate(places):
             if isinstance(place, _Place) and place.state is not None:  # None: from its start
-                saved = place.state
+                saved, place_where = place.state, f"{where}['places'][{k}][1]"
                 if not (
                     isinstance(saved, dict)
                     and saved.get("version") == STATE_VERSION
                     and isinstance(saved.get("stage"), str)
                 ):
                     expected = f"None or a dataset's state (a dict with 'version': {STATE_VERSION})"
-                    raise refuse(
-                        self, f"places[{k}][1]", f"{where}['places'][{k}][1]", expected, saved
-                    )
+                    raise refuse(self, f"places[{k}][1]", place_where, expected, saved)
+                if self._listed:
+                    iterator = self._dataset_iterator(place.index)
+                    try:
+                        iterator._validate_state(saved, place_where)
+                    finally:
+                        iterator.close()
 
     def _release(self) -> None:
         """Closes every iterator and joins every thread."""

@@ -274,8 +274,16 @@ class _MultiprocessIterator(RoundRobinIterator):
         self._check_stream(state["stream"], f"{where}['stream']")
         stream = self._saved_stream(state["stream"])
         for w, part in enumerate(workers):
+            try:
+                share = self._ds._share(w, saved_count, stream)
+            except (TypeError, ValueError) as exc:
+                raise CheckpointError(
+                    f"mp_prefetch.set_state(): this pipeline cannot be shared among the "
+                    f"{saved_count} workers of the state ({exc}); restore it with the pipeline "
+                    "that saved it."
+                ) from None
             with inner_iterators():
-                pipeline = iter(self._ds._share(w, saved_count, stream))
+                pipeline = iter(share)
             try:
                 pipeline._validate_state(part, f"{where}['workers'][{w}]")
             finally:
