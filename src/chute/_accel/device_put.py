@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from chute._core.errors import annotate
+from chute._core.state_check import count, fields
 from chute._core.validate import check_int
 from chute._stages.thread_prefetch import (
     _END,
@@ -149,6 +150,8 @@ class _DevicePutIterator(_ThreadPrefetchIterator):
         if self._on_device:
             return batch
         return self._transfer.move(batch, self._moved - 1)
+
+    _state_fields = fields(**_ThreadPrefetchIterator._state_fields, moved=count())
 
     def get_state(self) -> dict[str, Any]:
         return {**super().get_state(), "moved": self._moved}

@@ -7,7 +7,13 @@ state a ``"version"`` and the stage's name and check them on restore.
 
 The iterator that ``iter(dataset)`` returns to the user (not those the stages
 build for their parents) also knows its dataset, so its state carries the
-pipeline's fingerprint (``chute._core.fingerprint``), checked on restore.
+pipeline's fingerprint (``chute._core.fingerprint``), checked on restore, and
+it takes ``next()``, ``get_state()`` and ``set_state()`` one at a time
+(``chute._core.thread_guard``), so a checkpoint may be taken from any thread.
+
+``set_state()`` checks the whole state before it changes anything
+(``chute._core.state_check``): every stage's ``set_state`` is wrapped so that
+the outermost call checks, then applies.
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ import abc
 import functools
 import multiprocessing
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from chute._core import errors, fingerprint, pipeline_context, registry
+from chute._core import errors, fingerprint, pipeline_context, registry, state_check
 from chute._core.iterator_reports import describe_chain, skipped_records
 from chute._core.nesting import inner_iterators, is_nested
+from chute._core.thread_guard import guard
 
 T = TypeVar("T")
 
@@ -58,6 +65,7 @@ def _marks_outer_iterator(iter_fn: Callable[[Any], Any]) -> Callable[[Any], Any]
                 if multiprocessing.parent_process() is None:
                     it._pipeline = self
                     stats.picture_when_asked(self)
+                    guard(it)
                 if collector is not None:
                     it._chute_stats = collector  # type: ignore[attr-defined]
             except AttributeError:  # an iterator with __slots__ goes unchecked
@@ -71,7 +79,8 @@ class _CheckedInit(abc.ABCMeta):
     """Catches a subclass ``__init__`` that forgot ``super().__init__()``.
 
     On dataset classes (those without ``__next__``) it also wraps ``__iter__``
-    so the iterator handed to the user carries the pipeline's fingerprint.
+    so the iterator handed to the user carries the pipeline's fingerprint; on
+    iterator classes it wraps ``set_state`` so a state is checked whole first.
     """
 
     def __init__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any]) -> None:
@@ -83,6 +92,14 @@ class _CheckedInit(abc.ABCMeta):
             and not getattr(iter_fn, "__isabstractmethod__", False)
         ):
             cls.__iter__ = _marks_outer_iterator(iter_fn)
+        set_fn = namespace.get("set_state")
+        if (
+            set_fn is not None
+            and hasattr(cls, "_state_fields")  # an iterator, not a dataset
+            and not getattr(set_fn, "__isabstractmethod__", False)
+            and not getattr(set_fn, state_check.CHECKS_FIRST, False)
+        ):
+            cls.set_state = state_check.checks_first(set_fn)
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         obj = super().__call__(*args, **kwargs)
@@ -118,6 +135,9 @@ class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
     """
 
     _parents: tuple[DatasetIterator[Any], ...]
+    #: What this stage's state holds: each key with its check (``chute._core.state_check``);
+    #: None for an iterator that checks its state in its own ``set_state`` (a user's).
+    _state_fields: ClassVar[Mapping[str, state_check.Check] | None] = None
     _closed: bool = False
     _pipeline: Any = None  # the dataset, on the iterator iter(dataset) returned
     _fingerprint: list[str] | None = None
@@ -152,11 +172,16 @@ class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
     def set_state(self, state: dict[str, Any]) -> None:
         """Moves the iterator to a position returned by ``get_state()``.
 
+        The whole state is checked before anything changes; a state that is
+        refused leaves the iterator where it was.
+
         Args:
             state: A dict from ``get_state()`` of an iterator of the same pipeline.
 
         Raises:
-            CheckpointError: The state comes from another pipeline or version.
+            CheckpointError: The state comes from another pipeline or version, or
+                is damaged (a key missing or added, a value of the wrong type or
+                out of range); the message names the stage and the key.
         """
 
     def close(self) -> None:
@@ -227,43 +252,118 @@ class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
                 "chute.checkpoint.allow_pipeline_change(iterator) first."
             )
 
-    def _check_state(self, state: Any, *keys: str) -> dict[str, Any]:
-        """Validates a state for this iterator and returns it."""
+    def _check_state(self, state: Any, *keys: str, where: str = "state") -> dict[str, Any]:
+        """Checks a state's version, fingerprint, stage and ``keys``; returns it as a dict.
+
+        ``where`` is the state's place in the whole state, for messages.
+        """
         name = self._stage_name()
+        whose = "the state" if where == "state" else f"the state at {where}"
+        at = "" if where == "state" else f" (at {where})"
         if looks_like_grain(state):  # saved by Grain's iterator: chute._grain translates it
             state = registry.from_grain(self, state)
         if not isinstance(state, Mapping):
             raise errors.CheckpointError(
                 f"{name}.set_state() takes the dict returned by get_state() "
-                f"(got {type(state).__name__})."
+                f"(got {type(state).__name__}){at}."
             )
         version = state.get("version")
-        if version != STATE_VERSION:
+        if type(version) is not int or version != STATE_VERSION:
             raise errors.CheckpointError(
                 f"{name}.set_state(): state version {version!r} is not supported "
-                f"(this chute writes and reads version {STATE_VERSION})."
+                f"(this chute writes and reads version {STATE_VERSION}){at}."
             )
         self._check_fingerprint(state)
         if "stage" not in state:
             raise errors.CheckpointError(
-                f"{name}.set_state(): the state has no 'stage' entry (it holds "
-                f"{sorted(state)}); this pipeline's last stage is {name} and expects a state "
-                f"with 'stage': {name!r} and {list(keys)}. Pass the dict its get_state() "
+                f"{name}.set_state(): {whose} has no 'stage' entry (it holds "
+                f"{sorted(map(str, state))}); this pipeline's stage there is {name} and expects "
+                f"a state with 'stage': {name!r} and {list(keys)}. Pass the dict its get_state() "
                 "returned."
             )
         if state["stage"] != name:
             raise errors.CheckpointError(
                 f"cannot restore a {name} iterator from a state saved by a "
-                f"{state['stage']!r} stage: the checkpoint was written by a "
+                f"{state['stage']!r} stage{at}: the checkpoint was written by a "
                 "different pipeline. Build the same pipeline that saved it."
             )
         missing = [k for k in keys if k not in state]
         if missing:
             raise errors.CheckpointError(
-                f"{name}.set_state(): the state lacks {missing} (it holds {sorted(state)}); "
-                "pass the dict get_state() returned."
+                f"{name}.set_state(): {whose} lacks {missing} (it holds "
+                f"{sorted(map(str, state))}); pass the dict get_state() returned."
             )
         return dict(state)
+
+    # -- checking a whole state before applying it (chute._core.state_check) -----------
+
+    def _validate_state(self, state: Any, where: str = "state") -> None:
+        """Raises ``CheckpointError`` unless ``state`` fits this iterator and its parents.
+
+        Changes nothing.  Iterators without ``_state_fields`` take any state here.
+        """
+        fields = self._state_fields
+        if fields is None:
+            return
+        required = [k for k, check in fields.items() if not state_check.is_optional(check)]
+        checked = self._check_state(state, *required, where=where)
+        unknown = sorted(map(str, set(checked) - set(fields) - _HEADER))
+        if unknown:
+            whose = "the state" if where == "state" else f"the state at {where}"
+            raise errors.CheckpointError(
+                f"{self._stage_name()}.set_state(): {whose} holds {unknown}, which a "
+                f"{self._stage_name()} stage never writes (it writes {sorted(fields)}); "
+                "pass the dict get_state() returned, unchanged."
+            )
+        for key, check in fields.items():
+            if key in checked:
+                check(self, key, checked[key], f"{where}[{key!r}]")
+        self._check_part(checked, where)
+        state_check.mark_checked(state)
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        """The rules that tie this stage's keys together; stages that have some add them."""
+
+    def _reach(self) -> int | None:
+        """The most elements this iterator yields from its start; None if unknown or unbounded."""
+        return None
+
+    def _restore(self, state: Any, apply: Callable[[Any, Any], None]) -> None:
+        """Checks ``state`` whole, then applies it; a refusal leaves the iterator where it was.
+
+        A state that passes the checks and still does not fit the data (the
+        replay of its pulls ends early) raises ``CheckpointError`` while it is
+        applied: the iterator then goes back to the position it had.
+        """
+        with state_check.checking(pipeline_changed=self._allow_pipeline_change):
+            try:
+                before: Any = self.get_state()
+            except Exception:  # no position to go back to (closed, say): checks only
+                before = None
+            moved = False
+            try:
+                if looks_like_grain(state):  # saved by Grain's iterator: chute._grain translates
+                    moved = True  # it, and may read ahead to do so (a window shuffle's window)
+                    state = registry.from_grain(self, state)
+                self._validate_state(state)
+                moved = True
+                apply(self, state)
+            except errors.CheckpointError as exc:
+                if moved and before is not None:
+                    self._go_back(before, apply, exc)
+                raise
+
+    def _go_back(self, before: Any, apply: Callable[[Any, Any], None], exc: BaseException) -> None:
+        try:
+            apply(self, before)
+        except Exception as again:
+            errors.add_note(
+                exc,
+                f"chute: moving the iterator back to where it was failed too ({again!r}); "
+                "build a new iterator.",
+            )
+        else:
+            errors.add_note(exc, "chute: the iterator is back where it was before set_state().")
 
     def _raise_closed(self) -> None:
         raise errors.closed_error(f"{type(self).__name__}")
@@ -275,6 +375,9 @@ class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
     def __repr__(self) -> str:
         """Its stages, newest first, and its position: ``<DatasetIterator map(f) <- ...>``."""
         return f"<DatasetIterator {describe_chain(self)}>"
+
+
+_HEADER = frozenset({"version", "stage", "fingerprint"})  # keys every chute state may hold
 
 
 def looks_like_grain(state: Any) -> bool:

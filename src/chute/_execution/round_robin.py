@@ -13,12 +13,18 @@ from typing import Any
 
 from chute._core.errors import CheckpointError, IteratorClosedError, WorkerDiedError
 from chute._core.iterator import DatasetIterator
+from chute._core.state_check import count, fields, flags, parent_states
 
 
 class RoundRobinIterator(DatasetIterator[Any]):
     """Round-robin over ``iterators``; its state nests theirs."""
 
     _stage = "round_robin"
+    _state_fields = fields(
+        workers=parent_states,
+        turn=count(lambda it: max(len(it._parents) - 1, 0), why="its iterators, less one"),
+        exhausted=flags,
+    )
     # After an element's error the next call reads the next iterator, so the other
     # elements keep the order of a run without the error; multithread_prefetch keeps
     # the turn instead, as Grain's does (its order with errors matches Grain's).

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +28,7 @@ import numpy as np
 
 from chute._core import metrics
 from chute._core.config import config
-from chute._core.errors import CheckpointError, closed_error
+from chute._core.errors import CheckpointError, add_note, closed_error
 from chute._core.nesting import inner_iterators
 from chute._core.options import RayExecutor, ReadOptions
 from chute._core.sharding import NoSharding, ShardOptions
@@ -36,6 +37,7 @@ from chute._core.validate import check_int
 from chute._execution import launch, processes, worker_seeds
 from chute._execution.round_robin import RoundRobinIterator
 from chute._loader.grain_state import is_grain_loader_state, loader_from_grain
+from chute._loader.loader_state_check import check_loader_state
 from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._loader.pipeline import worker_dataset
 from chute._loader.samplers import IndexSampler
@@ -294,6 +296,10 @@ def _iterate(ds: Any, tracked: bool) -> Any:
 class DataLoaderIterator:
     """Iterates a DataLoader; ``get_state()``/``set_state()`` checkpoint it as JSON bytes.
 
+    ``next()``, ``get_state()`` and ``set_state()`` take turns (a lock), so a
+    checkpoint may be taken from another thread while the training loop
+    iterates: the state is the position between two batches the loop received.
+
     Args:
         loader: The DataLoader to read; ``iter(loader)`` builds this for you.
     """
@@ -301,6 +307,7 @@ class DataLoaderIterator:
     def __init__(self, loader: DataLoader) -> None:
         self._loader = loader
         self._closed = False
+        self._lock = threading.RLock()
         loader._epochs += 1
         self._base_seed = worker_seeds.base_seed(loader._seed, loader._epochs)
         self._tracked = bool(config.py_debug_mode)
@@ -362,9 +369,10 @@ class DataLoaderIterator:
         return self
 
     def __next__(self) -> Any:
-        if self._closed:
-            raise closed_error("DataLoaderIterator")
-        return next(self._workers)
+        with self._lock:
+            if self._closed:
+                raise closed_error("DataLoaderIterator")
+            return next(self._workers)
 
     def _buffer_fill(self) -> tuple[int, int]:
         """Workers with an element ready, and the workers (read by the statistics only)."""
@@ -385,6 +393,10 @@ class DataLoaderIterator:
         Returns:
             JSON bytes, small and independent of the buffered elements.
         """
+        with self._lock:
+            return self._get_state()
+
+    def _get_state(self) -> bytes:
         workers = self._workers.get_state()
         states = workers["workers"]
         state = {
@@ -404,21 +416,36 @@ class DataLoaderIterator:
     def set_state(self, state: bytes | str) -> None:
         """Resumes at a position from ``get_state()``, also with another ``worker_count``.
 
+        The whole state is checked before a worker stops; a state that is
+        refused leaves the iterator where it was.
+
         Args:
             state: The bytes (or str) that ``get_state()`` returned.
 
         Raises:
-            CheckpointError: The state comes from a loader built differently, or
-                cannot move to this worker count (the message says why).
+            CheckpointError: The state comes from a loader built differently, is
+                damaged (the message names the key), or cannot move to this worker
+                count (the message says why).
         """
-        saved = self._parse(state)
-        stream = Stream(
-            tuple(saved["stream"]["pending"]), int(saved["stream"]["tail"]), self._loader._length()
-        )
-        workers = max(1, self._loader._worker_count)
-        if saved["worker_count"] == workers:
-            self._workers.close()
-            self._start(stream, workers, saved)
+        with self._lock:
+            saved = self._parse(state)
+            check_loader_state(self._loader, saved)
+            self._check_worker_count(saved)
+            try:
+                before: bytes | None = self._get_state()
+            except Exception:  # a worker died before its first state: no position to go back to
+                before = None
+            try:
+                self._restore(saved)
+            except CheckpointError as exc:  # found while an inline worker replayed its pulls
+                if before is not None:
+                    self._restore(self._parse(before))
+                    add_note(exc, "chute: the iterator is back where it was before set_state().")
+                raise
+
+    def _check_worker_count(self, saved: dict[str, Any]) -> None:
+        """Raises unless ``saved`` restores with this loader's worker count."""
+        if saved["worker_count"] == max(1, self._loader._worker_count):
             return
         problem = self._loader._relayout_problem()
         if problem is None and saved["positions"] is None:
@@ -429,8 +456,17 @@ class DataLoaderIterator:
                 f"restored into a DataLoader with worker_count={self._loader._worker_count}: "
                 f"{problem}. Restore it with the saved worker count."
             )
+
+    def _restore(self, saved: dict[str, Any]) -> None:
+        stream = Stream(
+            tuple(saved["stream"]["pending"]), int(saved["stream"]["tail"]), self._loader._length()
+        )
+        workers = max(1, self._loader._worker_count)
         self._workers.close()
-        self._start(relayout(stream, saved["worker_count"], saved["positions"]), workers)
+        if saved["worker_count"] == workers:
+            self._start(stream, workers, saved)
+        else:
+            self._start(relayout(stream, saved["worker_count"], saved["positions"]), workers)
 
     def _parse(self, state: bytes | str) -> dict[str, Any]:
         try:
@@ -441,11 +477,19 @@ class DataLoaderIterator:
             ) from None
         allowed = getattr(self, "_allow_pipeline_change", False)
         if is_grain_loader_state(saved):  # saved by Grain's DataLoader
-            return loader_from_grain(self._loader, saved, check=not allowed)
-        if not isinstance(saved, dict) or saved.get("version") != STATE_VERSION:
+            try:
+                return loader_from_grain(self._loader, saved, check=not allowed)
+            except CheckpointError:
+                raise
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                raise CheckpointError(
+                    f"DataLoaderIterator.set_state(): the Grain DataLoader state is damaged "
+                    f"({type(exc).__name__}: {exc}); pass the bytes Grain's get_state() returned."
+                ) from None
+        version = saved.get("version") if isinstance(saved, dict) else None
+        if type(version) is not int or version != STATE_VERSION:
             raise CheckpointError(
-                f"DataLoaderIterator.set_state(): unsupported state version "
-                f"{saved.get('version') if isinstance(saved, dict) else None!r} "
+                f"DataLoaderIterator.set_state(): unsupported state version {version!r} "
                 f"(this chute reads version {STATE_VERSION})."
             )
         for key, mine in (

@@ -21,6 +21,7 @@ from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import add_note
+from chute._core.state_check import fields, parent_state
 from chute._core.transforms import _name
 from chute._loader.record import Record
 
@@ -88,6 +89,7 @@ class OperationIterDataset(IterDataset[Any]):
 
 class _OperationIterator(DatasetIterator[Any]):
     _stage = "operation"
+    _state_fields = fields(parent=parent_state)
 
     def __init__(self, parent: DatasetIterator[Any], operation: Callable[..., Any]) -> None:
         super().__init__(parent)

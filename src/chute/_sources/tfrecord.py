@@ -44,6 +44,7 @@ from chute._core.errors import (
     mark_origin,
 )
 from chute._core.fingerprint import files_identity
+from chute._core.state_check import count, fields
 from chute._core.validate import check_int
 from chute._remote.open import open_source
 from chute._remote.ranged_source import LocalRanges
@@ -296,6 +297,7 @@ class TFRecordIterDataset(IterDataset[bytes]):
 
 class _TFRecordIterator(DatasetIterator[bytes]):
     _stage = "tfrecord"
+    _state_fields = fields(file_index=count(), offset=count())
 
     def __init__(self, paths: tuple[str, ...], verify: bool, filesystem: Any) -> None:
         super().__init__()
@@ -339,9 +341,13 @@ class _TFRecordIterator(DatasetIterator[bytes]):
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "file_index", "offset")
         file_index = check_int(state["file_index"], f"{_NAME}.set_state: file_index", minimum=0)
+        self._seek(file_index, check_int(state["offset"], f"{_NAME}.set_state: offset", minimum=0))
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        file_index = state["file_index"]
         if file_index > len(self._paths):
             raise CheckpointError(
                 f"{_NAME}.set_state: file_index {file_index} is past the {len(self._paths)} "
-                "files of this dataset; the state comes from a different list of files."
+                f"files of this dataset, at {where}; the state comes from a different list of "
+                "files."
             )
-        self._seek(file_index, check_int(state["offset"], f"{_NAME}.set_state: offset", minimum=0))

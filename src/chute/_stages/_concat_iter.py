@@ -19,6 +19,19 @@ from typing import Any
 
 from chute._core.dataset import DatasetIterator
 from chute._core.errors import CheckpointError
+from chute._core.state_check import (
+    REACH,
+    by_stage,
+    check_pulls,
+    count,
+    fields,
+    is_int,
+    parent_state,
+    parents_reach,
+    pull_numbers,
+    refuse,
+    require,
+)
 from chute._stages._concat_pack import (
     PackConfig,
     Piece,
@@ -49,6 +62,15 @@ class ConcatThenSplitIterator(DatasetIterator[dict[str, Any]]):
     """Packs the parent's elements; see ``ConcatThenSplitIterDataset``."""
 
     _stage = "concat_then_split"
+    _state_fields = fields(
+        parent=parent_state,
+        pulls=count(),
+        failed=pull_numbers,
+        queue_out=count(),
+        buffer_out=count(),
+        start=by_stage,
+        pulled=count(parents_reach, why=REACH),
+    )
 
     def __init__(self, parent: DatasetIterator[Any], cfg: PackConfig) -> None:
         super().__init__(parent)
@@ -186,6 +208,21 @@ class ConcatThenSplitIterator(DatasetIterator[dict[str, Any]]):
         for entry in held:
             self._add_to_buffer(entry)
         self._compact()
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        check_pulls(self, state, where, kept_most=None)
+        pulls, failed = state["pulls"], len(state["failed"])
+        out = state["queue_out"] + state["buffer_out"]
+        require(self, out + failed <= pulls, where, f"{out} elements out of {pulls - failed}")
+        require(self, pulls <= state["pulled"], where, f"{pulls} pulls held of {state['pulled']}")
+        start, lengths = state["start"], self._cfg.lengths
+        if not (
+            isinstance(start, dict)
+            and set(start) == set(lengths)
+            and all(is_int(v) for v in start.values())
+        ):
+            expected = f"a dict of token counts (ints >= 0) for {sorted(lengths)}"
+            raise refuse(self, "start", f"{where}['start']", expected, start)
 
     def _replay(self, failed: bool) -> None:
         """Pulls one element again while restoring, as it was pulled before."""

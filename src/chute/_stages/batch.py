@@ -12,6 +12,7 @@ import numpy as np
 
 from chute._core import errors, tree
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
+from chute._core.state_check import check_pulls, count, fields, parent_state, pull_numbers
 from chute._core.validate import check_callable, check_positive_int, grain_first
 from chute._stages._origin import function_name
 from chute._stages._pull_log import PullLog
@@ -175,6 +176,12 @@ class _BatchIterator(DatasetIterator[Any]):
     """
 
     _stage = "batch"
+    _state_fields = fields(
+        parent=parent_state,
+        batches=count(lambda it: it._reach(), why="the most batches its parent's elements make"),
+        pulls=count(),
+        failed=pull_numbers,
+    )
 
     def __init__(self, parent: DatasetIterator[Any], size: int, drop: bool, batch_fn: Any) -> None:
         super().__init__(parent)
@@ -219,6 +226,13 @@ class _BatchIterator(DatasetIterator[Any]):
         state = self._check_state(state, "parent", "batches", "pulls", "failed")
         self._log.restore(state)
         self._batches = int(state["batches"])
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        check_pulls(self, state, where, kept_most=self._size - 1)
+
+    def _reach(self) -> int | None:
+        reach = self._parent._reach()
+        return None if reach is None else -(-reach // self._size)
 
 
 def batch_and_pad(values: Sequence[Any], *, batch_size: int, pad_value: Any = 0) -> Any:

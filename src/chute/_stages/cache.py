@@ -29,6 +29,15 @@ from typing import Any
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from chute._core.errors import CheckpointError
 from chute._core.replay import failed_pulls, replay_pulls
+from chute._core.state_check import (
+    check_pulls,
+    count,
+    fields,
+    flag,
+    optional,
+    pull_numbers,
+    require,
+)
 
 _END = object()
 
@@ -63,6 +72,12 @@ class CacheIterDataset(IterDataset[Any]):
 
 class _CacheIterator(DatasetIterator[Any]):
     _stage = "cache"
+    _state_fields = fields(
+        position=count(),
+        pulls=count(),
+        failed=optional(pull_numbers),
+        complete=flag,
+    )
 
     def __init__(self, parent: DatasetIterator[Any]) -> None:
         super().__init__(parent)
@@ -128,6 +143,11 @@ class _CacheIterator(DatasetIterator[Any]):
                 "differ from the ones that saved it."
             )
         self._position = position
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        check_pulls(self, state, where, kept_most=None)
+        position, kept = state["position"], state["pulls"] - len(state.get("failed") or [])
+        require(self, position <= kept, where, f"element {position} of {kept} read")
 
     def _catch_up(self, pulls: int, failed: set[int] | None) -> None:
         """Reads the parent on until it has been read ``pulls`` times.

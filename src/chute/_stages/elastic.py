@@ -18,6 +18,7 @@ from typing import Any
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.options import MultiprocessingOptions, ReadOptions
 from chute._core.sharding import ShardOptions
+from chute._core.state_check import count, fields
 from chute._core.validate import check_int, check_positive_int, grain_first
 from chute._stages.filter import FilterMapDataset
 
@@ -167,6 +168,9 @@ class _ElasticIterator(DatasetIterator[Any]):
     """One host's batches; its state is the next global position only."""
 
     _stage = "elastic"
+    _state_fields = fields(
+        **{_KEY: count(lambda it: len(it._ds._ds), why="the length of the dataset")}
+    )
 
     def __init__(self, ds: ElasticIterator) -> None:
         super().__init__()

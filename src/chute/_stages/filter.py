@@ -22,6 +22,7 @@ from chute._core import errors
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
 from chute._core.errors import FilterThresholdError
 from chute._core.pipeline_context import join
+from chute._core.state_check import REACH, count, fields, parent_state, parents_reach, require
 from chute._core.transforms import Filter, callable_of
 from chute._stages._origin import label, locate, locate_last
 
@@ -129,6 +130,11 @@ class DropCheck:
 
 class _FilterIterator(DatasetIterator[Any]):
     _stage = "filter"
+    _state_fields = fields(
+        parent=parent_state,
+        index=count(parents_reach, why=REACH),
+        dropped=count(WINDOW, why="elements in a window of the drop check"),
+    )
     _last_from_parent = True  # the element tested is the parent's last: see _origin.py
 
     def __init__(self, parent: DatasetIterator[Any], pred: Any, label: str) -> None:
@@ -175,3 +181,10 @@ class _FilterIterator(DatasetIterator[Any]):
         self._parent.set_state(state["parent"])
         self._index = int(state["index"])
         self._dropped = int(state["dropped"])
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        dropped, index = state["dropped"], state["index"]
+        require(self, dropped <= index, where, f"{dropped} dropped of {index} read")
+
+    def _reach(self) -> int | None:
+        return self._parent._reach()

@@ -20,6 +20,8 @@ import numpy as np
 
 from chute._core import errors
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
+from chute._core.errors import CheckpointError
+from chute._core.state_check import REACH, count, fields, parent_state, parents_reach, require
 from chute._core.transforms import FlatMap, callable_of
 from chute._stages._origin import label, locate, locate_last
 
@@ -145,6 +147,11 @@ class _FlatMapIterator(DatasetIterator[Any]):
     """
 
     _stage = "flat_map"
+    _state_fields = fields(
+        parent=parent_state,
+        pulled=count(parents_reach, why=REACH),
+        next=count(),
+    )
 
     def __init__(self, parent: DatasetIterator[Any], fn: Callable[[Any], Any], label: str) -> None:
         super().__init__(parent)
@@ -185,5 +192,15 @@ class _FlatMapIterator(DatasetIterator[Any]):
         self._pulled = int(state["pulled"])
         if state["next"]:
             self._pulled -= 1
-            self._load_next()
+            try:
+                self._load_next()
+            except StopIteration:
+                raise CheckpointError(
+                    "flat_map: the parent ended where the checkpoint holds an element part "
+                    "way through: the pipeline or its data differ from the ones that saved it."
+                ) from None
             self._next = int(state["next"])
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        next_piece, pulled = state["next"], state["pulled"]
+        require(self, not next_piece or pulled, where, f"piece {next_piece} of no element")

@@ -41,8 +41,9 @@ from typing import Any
 import numpy as np
 
 from chute._core import errors
-from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.dataset import STATE_VERSION, DatasetIterator, IterDataset, MapDataset
 from chute._core.errors import CheckpointError
+from chute._core.state_check import by_stage, fields, is_int, refuse, require
 from chute._core.validate import check_int
 from chute._execution.daemon_pool import DaemonPool
 from chute._stages.next_index import get_next_index, set_next_index
@@ -118,6 +119,9 @@ class InterleaveIterDataset(IterDataset[Any]):
         iter_buffer_size: int = 1,
     ) -> None:
         super().__init__(_check_datasets(datasets))
+        # Given as a list, the datasets exist already: a restore may look them up to check
+        # their places' states.  A MapDataset may build each on demand: a restore builds none.
+        self._listed = not isinstance(datasets, MapDataset)
         self._cycle = _check_cycle_length(cycle_length)
         what = f"{_NAME}: "
         self._threads = check_int(num_make_iter_threads, what + "num_make_iter_threads", minimum=0)
@@ -140,7 +144,9 @@ class InterleaveIterDataset(IterDataset[Any]):
     def __iter__(self) -> DatasetIterator[Any]:
         datasets = self._parent
         opener = _Opener(datasets, self._threads, self._threads * self._ahead, self._read_ahead)
-        return _InterleaveIterator(len(datasets), min(self._cycle, len(datasets)), opener)
+        it = _InterleaveIterator(len(datasets), min(self._cycle, len(datasets)), opener)
+        it._listed = self._listed
+        return it
 
     def _describe(self) -> str:
         return (
@@ -161,6 +167,9 @@ class _Place:
 
 class _InterleaveIterator(DatasetIterator[Any]):
     _stage = "interleave"
+    _state_fields = fields(**dict.fromkeys(("turn", "next_dataset", "places"), by_stage))
+
+    _listed = False  # the datasets were given as a list: see InterleaveIterDataset
 
     def __init__(self, count: int, cycle: int, opener: _Opener) -> None:
         super().__init__()
@@ -224,6 +233,9 @@ class _InterleaveIterator(DatasetIterator[Any]):
         place = self._places[turn]
         try:
             place.iterator = self._opener.take(place.index, place.state)
+        except CheckpointError as exc:  # the saved state does not fit the dataset: keep it
+            errors.annotate(exc, f"{_NAME} (restoring dataset {place.index})", place.index)
+            raise
         except Exception as exc:
             self._places[turn] = _WAITING
             errors.annotate(exc, f"{_NAME} (restoring dataset {place.index})", place.index)
@@ -291,6 +303,40 @@ class _InterleaveIterator(DatasetIterator[Any]):
         self._release()
         self._restart(state["turn"], state["next_dataset"], places)
 
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        """The places, and each open place's state against a fresh iterator of its dataset.
+
+        Datasets given as a MapDataset may be built on demand (a user's function
+        per file): a restore builds none, so their places' states are checked
+        whole when each dataset opens; a refusal there raises from ``next()`` and
+        keeps the place, skipping nothing.
+        """
+        places = _loaded(state, len(self._places), self._count)
+        opened = [p.index for p in places if isinstance(p, _Place)]
+        require(self, len(set(opened)) == len(opened), where, f"datasets {opened} open twice")
+        require(
+            self,
+            None not in places or state["next_dataset"] == self._count,
+            where,
+            "a place is closed before every dataset was opened",
+        )
+        for k, place in enumerate(places):
+            if isinstance(place, _Place) and place.state is not None:  # None: from its start
+                saved, place_where = place.state, f"{where}['places'][{k}][1]"
+                if not (
+                    isinstance(saved, dict)
+                    and saved.get("version") == STATE_VERSION
+                    and isinstance(saved.get("stage"), str)
+                ):
+                    expected = f"None or a dataset's state (a dict with 'version': {STATE_VERSION})"
+                    raise refuse(self, f"places[{k}][1]", place_where, expected, saved)
+                if self._listed:
+                    iterator = self._dataset_iterator(place.index)
+                    try:
+                        iterator._validate_state(saved, place_where)
+                    finally:
+                        iterator.close()
+
     def _release(self) -> None:
         """Closes every iterator and joins every thread."""
         self._opener.reset()
@@ -318,27 +364,29 @@ def _loaded(state: dict[str, Any], cycle: int, count: int) -> list[Any]:
     """The places of a saved state, checked against this dataset."""
     saved, turn, next_dataset = state["places"], state["turn"], state["next_dataset"]
     if not isinstance(saved, list) or len(saved) != cycle:
+        reads = f"{len(saved)} datasets" if isinstance(saved, list) else f"{saved!r:.40}"
         raise CheckpointError(
-            f"{_NAME}.set_state(): the state reads {len(saved)} datasets at once, this "
+            f"{_NAME}.set_state(): the state reads {reads} at once ('places'), this "
             f"dataset {cycle}: build it with the same datasets and cycle_length."
         )
-    if not (
-        isinstance(turn, int) and 0 <= turn < max(cycle, 1) and isinstance(next_dataset, int)
-    ) or not (0 <= next_dataset <= count):
-        raise CheckpointError(f"{_NAME}.set_state(): bad position in the state {state}.")
+    if not (is_int(turn, max(cycle, 1) - 1) and is_int(next_dataset, count)):
+        raise CheckpointError(
+            f"{_NAME}.set_state(): bad position in the state: 'turn' must be an int from 0 to "
+            f"{max(cycle, 1) - 1} and 'next_dataset' one from 0 to {count} (the state holds "
+            f"{state})."
+        )
     places: list[Any] = []
-    for entry in saved:
+    for k, entry in enumerate(saved):
         if entry is None or entry == _WAITING:
             places.append(None if entry is None else _WAITING)
-        elif (
-            isinstance(entry, list)
-            and len(entry) == 2
-            and isinstance(entry[0], int)
-            and 0 <= entry[0] < next_dataset
-        ):
+        elif isinstance(entry, list) and len(entry) == 2 and is_int(entry[0], next_dataset - 1):
             places.append(_Place(entry[0], None, entry[1]))
         else:
-            raise CheckpointError(f"{_NAME}.set_state(): bad place {entry!r} in the state.")
+            raise CheckpointError(
+                f"{_NAME}.set_state(): bad place {entry!r:.80} in the state at 'places'[{k}]: "
+                "a place is None (closed), 'waiting', or [dataset index below 'next_dataset', "
+                "its state]."
+            )
     return places
 
 

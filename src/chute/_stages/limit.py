@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset
+from chute._core.state_check import count, fields, parent_state
 from chute._core.validate import check_int
 from chute._stages.next_index import set_next_index
 
@@ -39,6 +40,10 @@ class LimitIterDataset(IterDataset[Any]):
 
 class _LimitIterator(DatasetIterator[Any]):
     _stage = "limit"
+    _state_fields = fields(
+        parent=parent_state,
+        read=count(lambda it: it._count, why="the limit's count"),
+    )
 
     def __init__(self, parent: DatasetIterator[Any], count: int) -> None:
         super().__init__(parent)
@@ -68,3 +73,7 @@ class _LimitIterator(DatasetIterator[Any]):
         state = self._check_state(state, "parent", "read")
         self._parent.set_state(state["parent"])
         self._read = int(state["read"])
+
+    def _reach(self) -> int | None:
+        reach = self._parent._reach()
+        return self._count if reach is None else min(reach, self._count)

@@ -8,6 +8,7 @@ from typing import Any
 from chute._core import errors
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
 from chute._core.seeding import ElementRng, resolve_seed
+from chute._core.state_check import REACH, count, fields, parent_state, parents_reach
 from chute._core.transforms import Map, MapWithIndex, RandomMap, callable_of
 from chute._stages._origin import label, locate, locate_last
 from chute._stages.next_index import get_next_index, set_next_index
@@ -154,6 +155,7 @@ class RandomMapIterDataset(IterDataset[Any]):
 
 class _MapIterator(DatasetIterator[Any]):
     _stage = "map"
+    _state_fields = fields(parent=parent_state, index=count(parents_reach, why=REACH))
     _last_from_parent = True  # element i here is the parent's last: see _origin.py
 
     def __init__(
@@ -195,3 +197,6 @@ class _MapIterator(DatasetIterator[Any]):
         state = self._check_state(state, "parent", "index")
         self._parent.set_state(state["parent"])
         self._index = int(state["index"])
+
+    def _reach(self) -> int | None:
+        return self._parent._reach()

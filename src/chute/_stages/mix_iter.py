@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from chute._core import errors
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.errors import CheckpointError
+from chute._core.state_check import count, fields, flag, refuse
 from chute._stages.mix import _check_parents, _check_weights, _proportions, _select
 
 _BLOCK = 512  # turns an iterator works out at a time
@@ -70,8 +71,28 @@ class MixedIterDataset(IterDataset[Any]):
         return f"{names}{len(self._parents)} datasets, proportions={list(self._props)}"
 
 
+def _dataset_states(it: _MixIterator, key: str, value: Any, where: str) -> None:
+    """One state per dataset: a list in order, or by name for a mix of named datasets."""
+    if it._ds._keys is None and not isinstance(value, list):
+        raise refuse(it, key, where, f"a list of {len(it._parents)} dataset states", value)
+    if it._ds._keys is None and len(value) != len(it._parents):
+        raise CheckpointError(
+            f"mix.set_state(): the state holds {len(value)} dataset states (at {where}) but this "
+            f"mix has {len(it._parents)} datasets; build the mix that saved it."
+        )
+    if it._ds._keys is not None and not isinstance(value, Mapping):
+        raise refuse(it, key, where, "a mapping of names to states: the datasets are named", value)
+    for k, (name, part) in enumerate(it._named_parts(value)):
+        place = f"{where}[{name!r}]"
+        if part is None and (it._ds._keys is None or name in value):
+            raise refuse(it, f"{key}[{name!r}]", place, "a dataset state", part)
+        if part is not None:
+            it._parents[k]._validate_state(part, place)
+
+
 class _MixIterator(DatasetIterator[Any]):
     _stage = "mix"
+    _state_fields = fields(parents=_dataset_states, index=count(), stop=flag)
 
     def __init__(self, ds: MixedIterDataset) -> None:
         super().__init__([iter(parent) for parent in ds._parents])
@@ -108,26 +129,19 @@ class _MixIterator(DatasetIterator[Any]):
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "parents", "index", "stop")
-        saved, keys = state["parents"], self._ds._keys
-        if keys is None:
-            if not isinstance(saved, list) or len(saved) != len(self._parents):
-                raise errors.CheckpointError(
-                    f"mix.set_state(): the state holds {len(saved)} dataset states but this "
-                    f"mix has {len(self._parents)} datasets; build the mix that saved it."
-                )
-        elif not isinstance(saved, Mapping):
-            raise errors.CheckpointError(
-                "mix.set_state(): this mix's datasets are named; "
-                "its state must map names to states."
-            )
-        else:  # by name: a dataset the checkpoint does not know starts from scratch
-            saved = [saved.get(key) for key in keys]
-        for k, parent_state in enumerate(saved):
-            if parent_state is None:
+        for k, (_, parent_state) in enumerate(self._named_parts(state["parents"])):
+            if parent_state is None:  # a dataset the checkpoint does not name starts anew
                 self._restart(k)
             else:
                 self._parents[k].set_state(parent_state)
         self._index, self._stop = int(state["index"]), bool(state["stop"])
+
+    def _named_parts(self, saved: Any) -> list[tuple[Any, Any]]:
+        """(name or position, saved state or None) for each dataset, in order."""
+        keys = self._ds._keys
+        if keys is None:
+            return list(enumerate(saved))
+        return [(key, saved.get(key)) for key in keys]
 
     def _restart(self, k: int) -> None:
         old = self._parents[k]

@@ -23,9 +23,19 @@ from typing import Any
 from chute._core import metrics
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError
+from chute._core.nesting import inner_iterators
 from chute._core.options import MultiprocessingOptions, RayExecutor
 from chute._core.registry import untimed_type
 from chute._core.seeding import derive_seed
+from chute._core.state_check import (
+    MAX_POSITION,
+    by_stage,
+    count,
+    fields,
+    is_int,
+    refuse,
+    require,
+)
 from chute._core.validate import check_callable
 from chute._execution import launch, performance, processes, ray_cluster, worker_seeds
 from chute._execution.buffer_sizing import BufferSizer
@@ -207,6 +217,7 @@ class _MultiprocessIterator(RoundRobinIterator):
     """Workers read in turn; a checkpoint restores into another worker count where it can."""
 
     _stage = "mp_prefetch"
+    _state_fields = fields(workers=by_stage, turn=count(), exhausted=by_stage, stream=by_stage)
 
     def __init__(self, ds: MultiprocessPrefetchIterDataset, stream: Stream | None = None) -> None:
         self._ds, self._stream = ds, stream
@@ -230,12 +241,7 @@ class _MultiprocessIterator(RoundRobinIterator):
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "workers", "turn", "exhausted", "stream")
-        saved = state["stream"]
-        stream = (
-            None
-            if saved is None
-            else Stream(tuple(saved["pending"]), int(saved["tail"]), self._ds._source_length())
-        )
+        stream = self._saved_stream(state["stream"])
         saved_count, count = len(state["workers"]), len(self._parents)
         if saved_count == count and stream == self._stream:
             super().set_state(state)  # the live workers move in place
@@ -243,15 +249,72 @@ class _MultiprocessIterator(RoundRobinIterator):
             self._replace(stream, state["workers"], int(state["turn"]), state["exhausted"])
         else:
             positions = positions_of(state["workers"])
-            problem = self._ds._elastic_problem()
-            if problem is not None or positions is None:
-                raise CheckpointError(
-                    f"this checkpoint was saved with {saved_count} worker(s) and cannot be "
-                    f"restored into {count}: {problem or 'a worker stopped inside a batch'}. "
-                    "Restore it with the saved count."
-                )
+            if positions is None:  # _check_part refused such a state already
+                raise CheckpointError("a worker stopped inside a batch")
             old = stream or Stream((), 0, self._ds._source_length())
             self._replace(relayout(old, saved_count, positions), [None] * count, 0, [False] * count)
+
+    def _saved_stream(self, saved: Any) -> Stream | None:
+        if saved is None:
+            return None
+        return Stream(tuple(saved["pending"]), int(saved["tail"]), self._ds._source_length())
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        """The workers' states against their pipelines, built here as the workers run them."""
+        workers, exhausted = state["workers"], state["exhausted"]
+        if not isinstance(workers, list) or not workers:
+            raise refuse(self, "workers", f"{where}['workers']", "a list of worker states", workers)
+        saved_count = len(workers)
+        require(self, state["turn"] < saved_count, where, f"turn {state['turn']} of {saved_count}")
+        if not (
+            isinstance(exhausted, list)
+            and len(exhausted) == saved_count
+            and all(isinstance(x, bool) for x in exhausted)
+        ):
+            expected = f"a list of {saved_count} bools, one per worker"
+            raise refuse(self, "exhausted", f"{where}['exhausted']", expected, exhausted)
+        self._check_stream(state["stream"], f"{where}['stream']")
+        stream = self._saved_stream(state["stream"])
+        for w, part in enumerate(workers):
+            try:
+                share = self._ds._share(w, saved_count, stream)
+            except (TypeError, ValueError) as exc:
+                raise CheckpointError(
+                    f"mp_prefetch.set_state(): this pipeline cannot be shared among the "
+                    f"{saved_count} workers of the state ({exc}); restore it with the pipeline "
+                    "that saved it."
+                ) from None
+            with inner_iterators():
+                pipeline = iter(share)
+            try:
+                pipeline._validate_state(part, f"{where}['workers'][{w}]")
+            finally:
+                pipeline.close()
+        if saved_count != len(self._parents) and not self._ds._auto:
+            problem = self._ds._elastic_problem()
+            if problem is None and positions_of(workers) is None:
+                problem = "a worker stopped inside a batch"
+            if problem is not None:
+                raise CheckpointError(
+                    f"this checkpoint was saved with {saved_count} worker(s) and cannot be "
+                    f"restored into {len(self._parents)}: {problem}. Restore it with the saved "
+                    "count."
+                )
+
+    def _check_stream(self, saved: Any, where: str) -> None:
+        """None, or the positions a restore into another worker count left to read."""
+        if saved is None:
+            return
+        end = min(self._ds._source_length(), MAX_POSITION)
+        if not (
+            isinstance(saved, dict)
+            and set(saved) == {"pending", "tail"}
+            and isinstance(saved["pending"], list)
+            and all(is_int(p, end - 1) for p in saved["pending"])
+            and is_int(saved["tail"], end)
+        ):
+            expected = f"None or {{'pending': [positions below {end}], 'tail': a position}}"
+            raise refuse(self, "stream", where, expected, saved)
 
     def _replace(
         self, stream: Stream | None, states: list[Any], turn: int, exhausted: list[Any]

@@ -29,6 +29,15 @@ from chute._core import errors
 from chute._core.dataset import DatasetIterator
 from chute._core.errors import CheckpointError
 from chute._core.replay import failed_pulls, replay_pulls
+from chute._core.state_check import (
+    count,
+    fields,
+    flag,
+    optional,
+    parent_state,
+    pull_numbers,
+    require,
+)
 from chute._stages.packing import Packer
 
 _CHUNK = 64
@@ -101,6 +110,18 @@ class _Reader:
 
 class PackIterator(DatasetIterator[Any]):
     """Packs the parent's elements round by round; see the module docstring."""
+
+    _state_fields = fields(
+        parent=parent_state,
+        pulls=optional(count()),
+        skip=count(),
+        replay=count(),
+        failed=optional(pull_numbers),
+        index=count(),
+        closed=flag,
+        emitted=count(),
+        bins=count(),
+    )
 
     def __init__(
         self,
@@ -224,6 +245,16 @@ class PackIterator(DatasetIterator[Any]):
                     "restore into the pipeline (and data) that saved the checkpoint."
                 )
             self._emitted = int(s["emitted"])
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        skip, replay, failed = state["skip"], state["replay"], state.get("failed") or []
+        require(self, skip <= state["index"], where, f"{skip} pulls skipped of {state['index']}")
+        require(self, not failed or failed[-1] < skip + replay, where, f"failed pulls {failed}")
+        if "pulls" in state:  # Grain's states, translated, count no held batch
+            pulls = skip + replay + self._holding
+            require(self, state["pulls"] in (pulls, skip + replay), where, f"pulls is not {pulls}")
+        emitted = state["emitted"]
+        require(self, state["closed"] or not emitted, where, f"{emitted} out of an open round")
 
     def _replay(self, pulls: int, failed: set[int] | None) -> None:
         reader, packer, parse = self._reader, self._packer, self._layout.parse

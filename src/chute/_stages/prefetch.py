@@ -37,6 +37,7 @@ from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.errors import Origin
 from chute._core.in_place_slice import sequential_block
 from chute._core.options import ReadOptions
+from chute._core.state_check import MAX_POSITION, count, fields
 from chute._execution.daemon_pool import DaemonPool
 from chute._execution.tuning import ReadAheadTuner, busy_clock, chunk_seconds, levels_for
 from chute._stages._origin import locate
@@ -128,6 +129,9 @@ def _shutdown(executor: DaemonPool) -> None:
 
 class _PrefetchIterator(DatasetIterator[Any]):
     _stage = "to_iter_dataset"
+    _state_fields = fields(
+        next_index=count(lambda it: it._length, why="the length of the MapDataset it reads")
+    )
 
     def __init__(self, ds: MapDataset[Any], options: ReadOptions, allow_nones: bool) -> None:
         super().__init__()
@@ -311,12 +315,12 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self.set_state(self._state(next_index=index))
 
     def set_state(self, state: dict[str, Any]) -> None:
-        state = self._check_state(state, "next_index")
-        index = state["next_index"]
-        if not isinstance(index, int) or index < 0:
-            raise ValueError(f"to_iter_dataset: next_index must be an int >= 0 (got {index!r}).")
+        index = int(self._check_state(state, "next_index")["next_index"])
         self._cancel()
         self._start_at(index)
+
+    def _reach(self) -> int | None:
+        return self._length if self._length < MAX_POSITION else None
 
     def _cancel(self) -> None:
         for _, _, future in self._pending:

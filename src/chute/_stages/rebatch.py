@@ -18,6 +18,8 @@ import numpy as np
 
 from chute._core import tree
 from chute._core.dataset import DatasetIterator, IterDataset
+from chute._core.errors import CheckpointError
+from chute._core.state_check import check_pulls, count, fields, parent_state, pull_numbers, require
 from chute._core.validate import check_positive_int
 
 
@@ -105,6 +107,12 @@ class _RebatchIterator(DatasetIterator[Any]):
     """
 
     _stage = "rebatch"
+    _state_fields = fields(
+        parent=parent_state,
+        pulls=count(),
+        failed=pull_numbers,
+        skip=count(),
+    )
 
     def __init__(self, parent: DatasetIterator[Any], size: int, drop: bool) -> None:
         super().__init__(parent)
@@ -183,8 +191,19 @@ class _RebatchIterator(DatasetIterator[Any]):
                     pass
                 self._held.append(_Pulled(before, None, 0))
             else:
-                batch = next(self._parent)
+                try:
+                    batch = next(self._parent)
+                except StopIteration:
+                    raise CheckpointError(
+                        "rebatch: the parent ended while replaying the pulls recorded in the "
+                        "checkpoint: the pipeline or its data differ from the ones that saved it."
+                    ) from None
                 self._held.append(_Pulled(before, batch, _rows(batch)))
                 self._buffered += self._held[-1].rows
         self._skip = int(state["skip"])
         self._buffered -= self._skip
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        check_pulls(self, state, where, kept_most=None)
+        skip, pulls = state["skip"], state["pulls"]
+        require(self, pulls or not skip, where, f"{skip} rows skipped of no batch")

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
+from chute._core.state_check import count, fields, parent_state
 from chute._core.validate import check_int
 
 
@@ -86,6 +87,10 @@ class RepeatIterDataset(IterDataset[Any]):
 
 class _RepeatIterator(DatasetIterator[Any]):
     _stage = "repeat"
+    _state_fields = fields(
+        parent=parent_state,
+        epoch=count(lambda it: it._epochs, why="its number of epochs"),
+    )
 
     def __init__(self, dataset: IterDataset[Any], epochs: int | None) -> None:
         super().__init__(iter(dataset))
@@ -121,3 +126,7 @@ class _RepeatIterator(DatasetIterator[Any]):
         self._epoch = int(state["epoch"])
         self._parents[0].set_state(state["parent"])
         self._empty_epoch = False
+
+    def _reach(self) -> int | None:
+        reach = self._parent._reach()
+        return None if reach is None or self._epochs is None else reach * self._epochs

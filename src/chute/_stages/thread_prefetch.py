@@ -32,6 +32,7 @@ from typing import Any
 from chute._core import metrics
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from chute._core.errors import closed_error
+from chute._core.state_check import fields, parent_state
 from chute._core.validate import check_int
 from chute._stages.next_index import get_next_index, set_next_index
 
@@ -219,6 +220,7 @@ def _step(parent: DatasetIterator[Any], buffer: _Buffer) -> bool:
 
 class _ThreadPrefetchIterator(DatasetIterator[Any]):
     _stage = "thread_prefetch"
+    _state_fields = fields(parent=parent_state)
 
     def __init__(self, parent: DatasetIterator[Any], buffer_size: int) -> None:
         super().__init__(parent)
@@ -327,6 +329,9 @@ class _ThreadPrefetchIterator(DatasetIterator[Any]):
         self._parent.set_state(state["parent"])
         self._parent_state = state["parent"]
         self._exhausted = False
+
+    def _reach(self) -> int | None:
+        return self._parent._reach()
 
     def _get_next_index(self) -> int:
         if self._size and self._buffer is not None:  # the parent ran ahead: bring it back

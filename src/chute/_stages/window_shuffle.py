@@ -29,6 +29,16 @@ import numpy as np
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
 from chute._core.index_shuffle import index_shuffle_array
 from chute._core.seeding import MAX_SEED, resolve_seed
+from chute._core.state_check import (
+    REACH,
+    check_pulls,
+    count,
+    fields,
+    parent_state,
+    parents_reach,
+    pull_numbers,
+    require,
+)
 from chute._core.validate import check_positive_int
 from chute._stages._pull_log import PullLog
 
@@ -139,6 +149,13 @@ class _WindowShuffleIterator(DatasetIterator[Any]):
     """
 
     _stage = "window_shuffle"
+    _state_fields = fields(
+        parent=parent_state,
+        window=count(parents_reach, why=REACH),
+        emitted=count(lambda it: it._size, why="the window size"),
+        pulls=count(),
+        failed=pull_numbers,
+    )
 
     def __init__(self, parent: DatasetIterator[Any], window: int, seed: int) -> None:
         super().__init__(parent)
@@ -181,3 +198,8 @@ class _WindowShuffleIterator(DatasetIterator[Any]):
         self._emitted = int(state["emitted"])
         if self._emitted:
             self._shuffle()
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        check_pulls(self, state, where, kept_most=self._size)
+        held, emitted = state["pulls"] - len(state["failed"]), state["emitted"]
+        require(self, emitted < held or not emitted, where, f"{emitted} of {held} emitted")

@@ -27,6 +27,7 @@ from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_ite
 from chute._core.dataset_options import ERROR_BUDGET_FIELDS, DatasetOptions, has_error_budget
 from chute._core.errors import ChuteError, ErrorBudgetExceededError
 from chute._core.pipeline_context import join
+from chute._core.state_check import by_stage, count, fields, parent_state, refuse
 from chute._stages._record_batches import records_batched
 
 logger = logging.getLogger("chute")
@@ -120,6 +121,8 @@ def _enforcers_upstream(iterator: DatasetIterator[Any]) -> list[_ErrorBudgetIter
 class _ErrorBudgetIterator(DatasetIterator[Any]):
     """Skips failing elements of the parent while the budget allows."""
 
+    _state_fields = fields(parent=parent_state, tried=count(), skipped=by_stage)
+
     def __init__(
         self,
         parent: DatasetIterator[Any],
@@ -207,3 +210,13 @@ class _ErrorBudgetIterator(DatasetIterator[Any]):
         self._parent.set_state(state["parent"])
         self._tried = int(state["tried"])
         self._skipped = [dict(e) for e in state["skipped"]]
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
+        skipped, tried = state["skipped"], state["tried"]
+        if (
+            not isinstance(skipped, list)
+            or len(skipped) > tried
+            or not all(isinstance(e, dict) for e in skipped)
+        ):
+            expected = f"a list of at most {tried} (tried) dicts, one per skipped record"
+            raise refuse(self, "skipped", f"{where}['skipped']", expected, skipped)

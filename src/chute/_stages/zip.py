@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from chute._core import errors
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
+from chute._core.state_check import count, fields, parent_states
 from chute._core.validate import grain_first
 
 
@@ -123,6 +123,10 @@ class _ZipIterator(DatasetIterator[Any]):
     """
 
     _stage = "zip"
+    _state_fields = fields(
+        parents=parent_states,
+        held=count(lambda it: len(it._parents) - 1, why="its parents, less one"),
+    )
 
     def __init__(self, parents: list[DatasetIterator[Any]], strict: bool) -> None:
         super().__init__(parents)
@@ -171,11 +175,6 @@ class _ZipIterator(DatasetIterator[Any]):
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "parents", "held")
         states, held = state["parents"], int(state["held"])
-        if len(states) != len(self._parents) or not 0 <= held < len(self._parents):
-            raise errors.CheckpointError(
-                f"zip.set_state(): the state is for {len(states)} parents holding {held}, "
-                f"but this ZipIterDataset has {len(self._parents)} parents."
-            )
         for parent, s in zip(self._parents, states):
             parent.set_state(s)
         self._items, self._before = [], []

@@ -19,6 +19,7 @@ from typing import Any
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError
 from chute._core.fingerprint import files_identity
+from chute._core.state_check import by_stage, fields, is_int
 from chute._core.validate import check_int
 from chute._sources.parquet import io as parquet_io
 
@@ -150,6 +151,7 @@ class _Cursor:
 
 class _ParquetIterator(DatasetIterator[dict[str, Any]]):
     _stage = "parquet"
+    _state_fields = fields(**dict.fromkeys(("turn", "next_file", "places"), by_stage))
 
     def __init__(self, ds: ParquetIterDataset) -> None:
         super().__init__()
@@ -207,24 +209,29 @@ class _ParquetIterator(DatasetIterator[dict[str, Any]]):
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "turn", "next_file", "places")
+        self._close_files()
+        self._restart(state["turn"], state["next_file"], state["places"])
+
+    def _check_part(self, state: dict[str, Any], where: str) -> None:
         places, files = state["places"], len(self._ds._paths)
         if not isinstance(places, list) or len(places) != len(self._places):
+            reads = f"{len(places)} files" if isinstance(places, list) else f"{places!r:.40}"
             raise CheckpointError(
-                f"{_NAME}.set_state(): the state reads {len(places)} files in turn, this "
-                f"dataset {len(self._places)}: build it with the same paths and cycle_length."
+                f"{_NAME}.set_state(): the state reads {reads} in turn, this dataset "
+                f"{len(self._places)}, at {where}: build it with the same paths and cycle_length."
             )
         for place in places:
             if not (
-                len(place) == 3
-                and all(isinstance(v, int) for v in place)
-                and -1 <= place[0] < files
-                and min(place[1:]) >= 0
+                isinstance(place, list)
+                and len(place) == 3
+                and ((place[0] == -1 and type(place[0]) is int) or is_int(place[0], files - 1))
+                and is_int(place[1])
+                and is_int(place[2])
             ):
-                raise CheckpointError(f"{_NAME}.set_state(): bad place {place!r} in the state.")
-        if not (0 <= state["turn"] < len(places) and 0 <= state["next_file"] <= files):
+                raise CheckpointError(f"{_NAME}.set_state(): bad place {place!r} at {where}.")
+        turn, next_file = state["turn"], state["next_file"]
+        if not (is_int(turn, len(places) - 1) and is_int(next_file, files)):
             raise CheckpointError(f"{_NAME}.set_state(): bad position in the state {state}.")
-        self._close_files()
-        self._restart(state["turn"], state["next_file"], places)
 
     def _close_files(self) -> None:
         for cursor in self._places:
