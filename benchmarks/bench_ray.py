@@ -211,13 +211,18 @@ def guarantees(chute: Any, ray: Any) -> list[tuple[str, str, str]]:
     return rows
 
 
-def actor_start(ray: Any, trials: int = 3) -> float:
+def actor_start(ray: Any, trials: int = 3, imports: bool = False) -> float:
     """Median seconds for Ray to start an empty actor and answer one call: the least any
-    Ray worker's first element can take."""
+    Ray worker's first element can take; with ``imports``, the actor's call also imports
+    numpy and chute, as any actor running a chute pipeline must."""
 
     @ray.remote(num_cpus=1)
     class Empty:
-        def ping(self) -> int:
+        def ping(self, imports: bool) -> int:
+            if imports:
+                import numpy  # noqa: F401
+
+                import chute  # noqa: F401
             return 1
 
     times = []
@@ -225,7 +230,7 @@ def actor_start(ray: Any, trials: int = 3) -> float:
         common.wait_quiet()
         start = time.perf_counter()
         actor = Empty.remote()  # type: ignore[attr-defined]
-        ray.get(actor.ping.remote())
+        ray.get(actor.ping.remote(imports))
         times.append(time.perf_counter() - start)
         ray.kill(actor)
     return statistics.median(times)
@@ -388,17 +393,20 @@ def main() -> int:
         )
         first = [statistics.median(i.first_batch) if i.first_batch else None for i in impls]
         empty = actor_start(ray)
+        importing = actor_start(ray, imports=True)
         if first[1] and first[2]:
             print(
                 f"  first batch: chute on Ray {first[1]:.2f} s, Ray Data {first[2]:.2f} s "
                 f"({first[1] / first[2]:.2f} of it; target <= {FIRST_BATCH_TARGET}); "
-                f"Ray alone starts an empty actor and answers a call in {empty:.2f} s"
+                f"Ray alone starts an empty actor and answers a call in {empty:.2f} s "
+                f"({empty / first[2]:.2f} of Ray Data's), {importing:.2f} s when the call "
+                f"imports numpy and chute ({importing / first[2]:.2f} of Ray Data's)"
             )
         results.append({
             "name": name, "description": f"{name}, 2 workers, batch {BATCH}", "unit": "elements",
             "seconds": time.perf_counter() - started, "impls": impls, "ratios": ratios,
             "first_batch_ratio": first[1] / first[2] if first[1] and first[2] else None,
-            "empty_actor_start_s": empty,
+            "empty_actor_start_s": empty, "importing_actor_start_s": importing,
         })  # fmt: skip
 
     print("\n[guarantees] tried on a 600-element shuffled pipeline, 2 workers")
