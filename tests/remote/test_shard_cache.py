@@ -23,7 +23,7 @@ from chute import ArrayRecordDataSource, MapDataset, MultiprocessingOptions
 from chute._core import metrics
 from chute._core.errors import SourceChangedError
 from chute._remote.ranged_source import LocalRanges
-from chute._remote.shard_cache import ShardCache, parse_bytes
+from chute._remote.shard_cache import CONFIRMED_FOR_S, ShardCache, parse_bytes
 from chute._sources.array_record.cached import CachedShardReader
 from chute._sources.array_record.index import write_index
 from chute._sources.array_record.indexed import LOOK_FOR_COPIES_S
@@ -87,13 +87,21 @@ def test_a_new_source_reads_the_copies_with_one_request_a_shard(s3: Any, tmp_pat
     cache_dir = tmp_path / "cache"
     read_all(ArrayRecordDataSource(index, cache_dir=cache_dir))
     wait_for(lambda: len(copies(cache_dir)) == SHARDS)
+    for mark in (cache_dir / "confirmed").iterdir():  # the versions were seen long ago
+        os.utime(mark, (time.time() - CONFIRMED_FOR_S - 1,) * 2)
     s3.proxy.configure()  # counts from 0
     hits = metrics.snapshot()["cache_hits"]
     again = ArrayRecordDataSource(index, cache_dir=cache_dir)
     assert read_all(again) == read_all(ArrayRecordDataSource(files))
     # the index's header and each shard's version check; no record is fetched
-    assert s3.proxy.requests <= SHARDS + 3
+    assert SHARDS <= s3.proxy.requests <= SHARDS + 3
     assert metrics.snapshot()["cache_hits"] - hits == SHARDS
+    # Seen lately by a process of the host, the versions need no request at all.
+    s3.proxy.configure()
+    assert read_all(ArrayRecordDataSource(index, cache_dir=cache_dir)) == read_all(
+        ArrayRecordDataSource(files)
+    )
+    assert s3.proxy.requests <= 3  # the index's header only
 
 
 def test_worker_processes_share_one_cache(s3: Any, tmp_path: Path) -> None:
@@ -190,6 +198,10 @@ def test_a_replaced_shard_is_never_read_from_its_old_copy(s3: Any, tmp_path: Pat
     _, others = upload(s3, tmp_path, prefix="other", seed=5)
     first = s3.url(f"data/{Path(files[0]).name}")
     s3.put(f"data/{Path(files[0]).name}", Path(others[0]).read_bytes())
+    # Within CONFIRMED_FOR_S of the download, the host trusts the version it saw; after it,
+    # a process asks the bucket again.
+    for mark in (cache_dir / "confirmed").iterdir():
+        os.utime(mark, (time.time() - CONFIRMED_FOR_S - 1,) * 2)
     with pytest.raises(SourceChangedError, match="changed since"):
         read_all(ArrayRecordDataSource(index, cache_dir=cache_dir))
     # Opened by its URLs, the set is the bucket's new version, never the old copy.

@@ -50,6 +50,7 @@ __all__ = ["CachedCopy", "CopySource", "ShardCache", "open_through", "parse_byte
 PART_BYTES = 4 << 20  # one ranged GET of a download
 PARTS_IN_FLIGHT = 4  # of one download; with DOWNLOADS at once, 64 MiB in flight a process
 DOWNLOADS = 4  # objects downloaded at once, per process
+CONFIRMED_FOR_S = 60.0  # a version the bucket confirmed this recently needs no new request
 ASK_AGAIN_S = 60.0  # a download that did not happen (no room, another process's) is retried after
 _FULL_DISK = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
@@ -134,9 +135,11 @@ class ShardCache:
         self.directory = os.path.abspath(os.fspath(directory))
         self._objects = os.path.join(self.directory, "objects")
         self._partial = os.path.join(self.directory, "partial")
+        self._marks = os.path.join(self.directory, "confirmed")  # when each version was seen
         try:
             os.makedirs(self._objects, exist_ok=True)
             os.makedirs(self._partial, exist_ok=True)
+            os.makedirs(self._marks, exist_ok=True)
         except OSError as exc:
             raise OSError(
                 exc.errno, f"cache_dir {self.directory!r} cannot be made: {exc.strerror}"
@@ -173,6 +176,29 @@ class ShardCache:
     def has(self, url: str, version: str | None) -> bool:
         """Whether a whole copy is there now (it may be evicted before it is opened)."""
         return bool(version) and os.path.exists(self.path_of(url, version))
+
+    def confirmed_lately(self, url: str, version: str | None) -> bool:
+        """Whether some process of this host saw the bucket hold ``url`` at ``version``
+        (a HEAD, or the download's own requests) less than ``CONFIRMED_FOR_S`` ago."""
+        if not version:
+            return False
+        try:
+            seen = os.stat(os.path.join(self._marks, _name(url, version))).st_mtime
+        except FileNotFoundError:
+            return False
+        return time.time() - seen < CONFIRMED_FOR_S
+
+    def mark_confirmed(self, url: str, version: str | None) -> None:
+        """Notes, for every process of the host, that the bucket holds ``url`` at ``version``
+        now."""
+        if not version:
+            return
+        path = os.path.join(self._marks, _name(url, version))
+        try:
+            with open(path, "a"):
+                os.utime(path)
+        except OSError:  # a mark is a shortcut only
+            pass
 
     def downloaded_here(self, url: str, version: str | None) -> bool:
         """Whether this process downloaded the copy (its requests named the version)."""
@@ -235,6 +261,7 @@ class ShardCache:
                 raise OSError(f"{partial} holds {os.fstat(fd).st_size} bytes, not {size}")
             os.fdatasync(fd)  # the data is on disk before its name says it is whole
             os.rename(partial, final)
+            self.mark_confirmed(url, version)  # its requests named the version
             done = True
         except Exception as exc:
             logger.info("chute: the cache did not keep %s (%s); it is read from the bucket.",
@@ -324,6 +351,7 @@ class ShardCache:
             if freed >= wanted:
                 break
             if _claimable(path, unlink=True):
+                _unlink(os.path.join(self._marks, os.path.basename(path)))
                 freed += size
                 metrics.count("cache_evictions")
         return freed

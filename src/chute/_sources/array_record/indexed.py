@@ -206,8 +206,12 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
     def _confirm(self, ks: list[int]) -> None:
         """Checks with the bucket, once per process, that shards ``ks`` are still the
         versions the index names (their copies are those versions): one request each, all
-        at once."""
-        shards = self._index.shards
+        at once; none for a version another process of the host confirmed lately."""
+        shards, cache = self._index.shards, self._cache
+        assert cache is not None
+        ks = [k for k in ks if k not in self._confirmed]
+        lately = [k for k in ks if cache.confirmed_lately(shards[k].path, shards[k].version)]
+        self._confirmed.update(lately)
         ks = [k for k in ks if k not in self._confirmed]
         if ks:
             heads = [self._pool().submit(open_ranged, shards[k].path, None, self._filesystem)
@@ -222,6 +226,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                         "now); its cached copy is of the old version and is not read. Write "
                         "the index again with chute index, or restore the shard."
                     )
+                cache.mark_confirmed(shards[k].path, shards[k].version)
         self._confirmed.update(ks)
 
     def _look_for_copies(self) -> None:
