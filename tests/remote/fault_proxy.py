@@ -16,7 +16,8 @@ keep-alive connection per proxy thread, and on the way can:
 
 The choice of which request fails comes from ``random.Random(seed)``: the n-th request
 that reaches the proxy gets the same fate in every run.  The proxy counts the requests it
-forwarded, the faults it injected, and the largest number of requests in flight at once.
+forwarded (``methods``: by HTTP method), the faults it injected, and the largest number of
+requests in flight at once.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import socket
 import struct
 import threading
 import time
+from collections import Counter
 from typing import ClassVar
 
 _HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "proxy-connection", "te"}
@@ -53,6 +55,7 @@ class FaultProxy:
         self.max_in_a_row: int | None = None
         self._in_a_row: dict[tuple[str, str, str | None], int] = {}
         self.requests = 0
+        self.methods: Counter[str] = Counter()
         self.injected = 0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -87,6 +90,7 @@ class FaultProxy:
             self._unhang, self._hung = threading.Event(), threading.Semaphore(0)
             self._random = random.Random(seed)
             self.requests = self.injected = self.max_in_flight = 0
+            self.methods = Counter()
 
     def wait_for_hung(self, count: int) -> None:
         """Returns once ``count`` requests hang (the ``"hang"`` fault)."""
@@ -108,6 +112,7 @@ class FaultProxy:
         """Counts a request in and decides its fate: a fault to inject, or ``None``."""
         with self._lock:
             self.requests += 1
+            self.methods[method] += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             draw = self._random.random()

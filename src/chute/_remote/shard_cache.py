@@ -42,6 +42,7 @@ from typing import Any
 
 from chute._core import metrics
 from chute._core.fork import ForkCheck
+from chute._remote.ranged_source import _pread_all
 
 logger = logging.getLogger("chute")
 
@@ -525,28 +526,44 @@ def open_through(cache: ShardCache | None, url: str, *, filesystem: Any = None) 
 
 class CopySource:
     """A ranged source over a whole copy (``open_through``): ``os.pread`` on the local file,
-    under the object's URL and version; ``close()`` lets go of the copy."""
+    under the object's URL and version; ``close()`` lets go of the copy.
+
+    A copy never changes once whole, so reads check no version: its modification time
+    moves whenever a reader opens it (the least recently used go first).
+    """
 
     retries = 0
 
     def __init__(self, copy: CachedCopy, url: str, version: str) -> None:
-        from chute._remote.ranged_source import LocalRanges
-
         self._copy, self.url, self.version = copy, url, version
-        self._local = LocalRanges(copy.path, url)
         self.path = copy.path  # the local file, for readers that open a path
+        self._fd = os.open(copy.path, os.O_RDONLY | os.O_CLOEXEC)
+        self._size = os.fstat(self._fd).st_size
+        self._made = ForkCheck()
 
     def size(self) -> int:
-        return self._local.size()
+        return self._size
 
     def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        return self._local.read_ranges(ranges)
+        if self._fd < 0:
+            raise ValueError(f"{self!r} is closed.")
+        out = []
+        for offset, length in ranges:
+            if offset < 0 or length < 0 or offset + length > self._size:
+                raise ValueError(
+                    f"{self!r}: range (offset={offset}, length={length}) is outside the "
+                    f"object ({self._size} bytes)."
+                )
+            out.append(_pread_all(self._fd, length, offset))
+        return out
 
     def read_all(self) -> bytes:
         return self.read_ranges([(0, self.size())])[0]
 
     def close(self) -> None:
-        self._local.close()
+        fd, self._fd = self._fd, -1
+        if fd >= 0 and not self._made.forked():
+            os.close(fd)
         self._copy.close()
 
     def __enter__(self) -> CopySource:

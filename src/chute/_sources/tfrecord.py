@@ -17,7 +17,8 @@ endpoints come from the usual environment variables (``AWS_*`` with
 with URLs or paths inside it).  Local and remote files are read alike, through a
 ranged byte source: local files in chunks of a mebibyte, opened again for each
 chunk, so an iterator never holds a file open; objects in chunks of 8 MiB, one
-ranged GET each, retried with backoff on transient failures.
+ranged GET each, retried with backoff on transient failures.  With ``cache_dir=``,
+objects are read from whole local copies once downloaded (``chute._sources.cached_files``).
 
 **Errors.**  A damaged file raises ``ValueError`` naming the file and the byte
 offset of the bad record; the iterator stays there, so it never skips data.  A
@@ -46,10 +47,11 @@ from chute._core.errors import (
 from chute._core.fingerprint import files_identity
 from chute._core.state_check import count, fields
 from chute._core.validate import check_int
-from chute._remote.open import open_source
 from chute._remote.ranged_source import LocalRanges
+from chute._remote.shard_cache import CopySource, ShardCache, open_through
 from chute._remote.urls import is_remote_url
 from chute._sources._crc32c import masked_crc32c
+from chute._sources.cached_files import cache_option, whole_copy
 
 __all__ = ["TFRecordIterDataset", "read_tfrecord", "write_tfrecord"]
 
@@ -101,12 +103,25 @@ def _size_now(path: str) -> int:
 
 
 class _FileReader:
-    """The records of one file from byte ``offset`` on, read a chunk at a time."""
+    """The records of one file from byte ``offset`` on, read a chunk at a time.
 
-    def __init__(self, path: str, offset: int, verify: bool, filesystem: Any = None) -> None:
+    With ``cache``, an object is read from the cache's whole copy (a ``CopySource``, held
+    until ``close()``) where it holds the bucket's version, else from the bucket until
+    the copy is whole.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        offset: int,
+        verify: bool,
+        filesystem: Any = None,
+        cache: ShardCache | None = None,
+    ) -> None:
         self.path, self.offset, self._verify = path, offset, verify
         self._buf, self._start = b"", offset  # a chunk of the file and its offset
-        self._source = open_source(path, filesystem=filesystem)
+        self._cache = cache
+        self._source = open_through(cache, path, filesystem=filesystem)
         self._local = isinstance(self._source, LocalRanges)
         self._size = self._source.size()  # the file as opened: it must not change
         self._version = self._source.version
@@ -117,7 +132,8 @@ class _FileReader:
         """The buffer, holding ``size`` bytes from ``offset`` if the file has them."""
         i = self.offset - self._start
         if i + size > len(self._buf):
-            chunk = _CHUNK_BYTES if self._local else _REMOTE_CHUNK_BYTES
+            remote = not (self._local or isinstance(self._source, CopySource))
+            chunk = _REMOTE_CHUNK_BYTES if remote else _CHUNK_BYTES
             self._buf = self._fetch(min(max(size, chunk), self._size - self.offset))
             self._start, i = self.offset, 0
         return self._buf, i
@@ -126,6 +142,11 @@ class _FileReader:
         """``length`` bytes from ``offset`` (none past the end), from the file as opened."""
         if length <= 0:
             return b""
+        if self._cache is not None and not (self._local or isinstance(self._source, CopySource)):
+            copy = whole_copy(self._cache, self.path, self._version)
+            if copy is not None:  # the copy of the version read so far is whole now
+                self._source.close()
+                self._source = copy
         try:
             if self._local and self._source.version != self._version:
                 raise self._changed()
@@ -257,11 +278,24 @@ class TFRecordIterDataset(IterDataset[bytes]):
             checked).  chute's addition; ``False`` reads faster.
         filesystem: chute's addition: an obstore store or an fsspec filesystem to
             read every path through (URLs, or paths inside it).
+        cache_dir: chute's addition: a directory for whole local copies of the objects
+            in a bucket, shared by every process of the host that names it
+            (``chute._remote.shard_cache``).  A file's first read starts its download
+            in the background and goes on from the bucket; once the copy is whole,
+            the iterator reads the local file (from its next chunk on).  Copies are of
+            the bucket's version (one HEAD each time a file opens), never an older
+            one; an iterator holds the copy of the file it reads until it moves on or
+            closes.  Local files are read where they are.  ``None``: no copies.
+        cache_limit: The most bytes of copies in ``cache_dir`` (an int, or a string
+            like ``"20GB"``); the least recently used copies no reader holds are
+            evicted.  ``None``: as much as the disk holds.
 
     Raises:
         FileNotFoundError: A local file does not exist (checked by ``iter()``, as in
             Grain); an object in a bucket does not exist (when the iterator reaches it).
-        ValueError: When read: a damaged record, named by file and byte offset.
+        ValueError: ``cache_limit`` without ``cache_dir``.  When read: a damaged
+            record, named by file and byte offset; an object larger than
+            ``cache_limit``, when the iterator reaches it.
         SourceChangedError: When read: a file or object changed (a local file's is a
             ``FileChangedError``, also a ``ValueError``).
 
@@ -272,14 +306,24 @@ class TFRecordIterDataset(IterDataset[bytes]):
     [5, 6, 5, 6]
     """
 
-    def __init__(self, path: Any, *, verify_checksums: bool = True, filesystem: Any = None) -> None:
+    def __init__(
+        self,
+        path: Any,
+        *,
+        verify_checksums: bool = True,
+        filesystem: Any = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+    ) -> None:
         super().__init__()
         self._paths = _check_paths(path, _NAME)
         self._verify = bool(verify_checksums)
         self._filesystem = filesystem
+        remote = filesystem is not None or any(is_remote_url(p) for p in self._paths)
+        self._cache = cache_option(_NAME, cache_dir, cache_limit, remote=remote)
 
     def __iter__(self) -> DatasetIterator[bytes]:
-        return _TFRecordIterator(self._paths, self._verify, self._filesystem)
+        return _TFRecordIterator(self._paths, self._verify, self._filesystem, self._cache)
 
     def _data_identity(self) -> str:
         """The files read, by name, for checkpoints."""
@@ -292,17 +336,20 @@ class TFRecordIterDataset(IterDataset[bytes]):
         filesystem = (
             "" if self._filesystem is None else f", filesystem=<{type(self._filesystem).__name__}>"
         )
-        return f"paths={paths}, verify_checksums={self._verify}{filesystem}"
+        cache = "" if self._cache is None else f", cache_dir={self._cache.directory!r}"
+        return f"paths={paths}, verify_checksums={self._verify}{filesystem}{cache}"
 
 
 class _TFRecordIterator(DatasetIterator[bytes]):
     _stage = "tfrecord"
     _state_fields = fields(file_index=count(), offset=count())
 
-    def __init__(self, paths: tuple[str, ...], verify: bool, filesystem: Any) -> None:
+    def __init__(
+        self, paths: tuple[str, ...], verify: bool, filesystem: Any, cache: ShardCache | None
+    ) -> None:
         super().__init__()
         self._paths, self._verify = _check_files(paths, _NAME, filesystem), verify
-        self._filesystem = filesystem
+        self._filesystem, self._cache = filesystem, cache
         self._last_offset: int | None = None  # where the record returned last starts
         self._reader: _FileReader | None = None
         self._seek(0, 0)
@@ -312,7 +359,7 @@ class _TFRecordIterator(DatasetIterator[bytes]):
         reader = None
         if file_index < len(self._paths):
             path = self._paths[file_index]
-            reader = _FileReader(path, offset, self._verify, self._filesystem)
+            reader = _FileReader(path, offset, self._verify, self._filesystem, self._cache)
         if self._reader is not None:
             self._reader.close()
         self._file, self._last_offset, self._reader = file_index, None, reader
@@ -351,3 +398,9 @@ class _TFRecordIterator(DatasetIterator[bytes]):
                 f"files of this dataset, at {where}; the state comes from a different list of "
                 "files."
             )
+
+    def close(self) -> None:
+        """Closes the file being read (letting go of its cached copy, if any)."""
+        if self._reader is not None and not self._closed:
+            self._reader.close()
+        super().close()

@@ -22,6 +22,12 @@ reads through chute's transport with that store's credentials; a
 ``pyarrow.fs.FileSystem`` or an fsspec filesystem reads through that filesystem, as
 pyarrow does.  Paths are then URLs or paths inside that store or filesystem.
 
+**A local cache.**  With ``cache_dir=`` (``ParquetDataSource``, ``ParquetIterDataset``),
+the files read through chute's transport are kept as whole local copies
+(``chute._sources.cached_files``): a file's first open starts its download and reads the
+bucket meanwhile; later opens of the same version, and open files at their next row
+group, read the copy as a local file.
+
 **Records.**  Rows are converted as Grain converts them: each column of a row
 group becomes a NumPy array (``pyarrow.ChunkedArray.to_numpy()``) and a row is
 the dict of its values, column name to value: NumPy scalars for numbers,
@@ -41,14 +47,16 @@ import inspect
 import os
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
 from chute._core.errors import SourceChangedError
 from chute._remote.backends import is_obstore
 from chute._remote.retry import RetryBudgetExceeded
+from chute._remote.shard_cache import CopySource, ShardCache, open_through
 from chute._remote.urls import is_remote_url, url_scheme
+from chute._sources.cached_files import whole_copy
 from chute._sources.parquet import checks as parquet_checks
 
 
@@ -96,23 +104,28 @@ def check_read_kwargs(kwargs: dict[str, Any], owner: str) -> dict[str, Any]:
     return dict(kwargs)
 
 
-def _remote_file(path: str, filesystem: Any) -> Any:
-    """A ``RangedFile`` over ``path`` read through chute's transport (``chute._remote``)."""
-    from chute._remote import RangedFile, open_source
+def _remote_file(path: str, filesystem: Any, cache: ShardCache | None) -> Any:
+    """A ``RangedFile`` over ``path`` read through chute's transport (``chute._remote``),
+    or, where ``cache`` holds the bucket's version of it whole, a ``CopySource`` of it."""
+    from chute._remote import RangedFile
 
-    return RangedFile(open_source(path, filesystem=filesystem), name=path)
+    source = open_through(cache, path, filesystem=filesystem)
+    return source if isinstance(source, CopySource) else RangedFile(source, name=path)
 
 
-def _resolve(path: str, kwargs: dict[str, Any], owner: str) -> tuple[Any, dict[str, Any]]:
-    """The source and keywords for ``ParquetFile``: a file object, or a path and filesystem."""
+def _resolve(
+    path: str, kwargs: dict[str, Any], owner: str, cache: ShardCache | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """The source and keywords for ``ParquetFile``: a file object, a cached copy, or a path
+    and filesystem."""
     filesystem = kwargs.get("filesystem")
     if is_obstore(filesystem):
         rest = {k: v for k, v in kwargs.items() if k != "filesystem"}
-        return _remote_file(path, filesystem), rest
+        return _remote_file(path, filesystem, cache), rest
     if filesystem is not None or not url_scheme(path):  # a plain path
         return path, kwargs
     if is_remote_url(path):
-        return _remote_file(path, None), kwargs
+        return _remote_file(path, None, cache), kwargs
     from pyarrow import fs as pafs
 
     try:
@@ -131,7 +144,24 @@ def _resolve(path: str, kwargs: dict[str, Any], owner: str) -> tuple[Any, dict[s
     return inner, {**kwargs, "filesystem": filesystem}
 
 
-def reraise(exc: BaseException, message: str) -> None:
+def reads_through_chute(paths: Sequence[str], kwargs: dict[str, Any]) -> bool:
+    """Whether any of ``paths`` is read through chute's transport (an object in a bucket):
+    the files a cache can keep copies of."""
+    return is_obstore(kwargs.get("filesystem")) or any(is_remote_url(p) for p in paths)
+
+
+def check_cache_filesystem(kwargs: dict[str, Any], cache_dir: Any, owner: str) -> None:
+    """Refuses ``cache_dir`` with a pyarrow or fsspec filesystem, which pyarrow reads itself."""
+    filesystem = kwargs.get("filesystem")
+    if cache_dir is not None and filesystem is not None and not is_obstore(filesystem):
+        raise ValueError(
+            f"{owner}: cache_dir keeps copies of objects read through chute's transport, "
+            f"and a {type(filesystem).__name__} is read by pyarrow itself. Pass URLs "
+            "(s3://, gs://, ...) or an obstore store as filesystem=, or drop cache_dir."
+        )
+
+
+def reraise(exc: BaseException, message: str) -> NoReturn:
     """Raises ``message`` as the builtin (or chute) kind of ``exc``, chained to it."""
     kinds = (
         SourceChangedError,
@@ -148,33 +178,85 @@ def reraise(exc: BaseException, message: str) -> None:
     raise exc
 
 
-def open_file(path: str, kwargs: dict[str, Any], owner: str) -> Any:
-    """``pyarrow.parquet.ParquetFile(path)``, with errors that name the file."""
-    pq = pyarrow_parquet()
+def open_file(
+    path: str, kwargs: dict[str, Any], owner: str, cache: ShardCache | None = None
+) -> Any:
+    """``pyarrow.parquet.ParquetFile(path)``, with errors that name the file.
+
+    With ``cache``, an object in a bucket is read from the cache's whole copy where it
+    holds the bucket's version (pyarrow reads the local file), else from the bucket
+    while the copy downloads.  Close the file with ``close_file``: it lets go of the copy.
+    A ``ValueError`` from the cache (a limit smaller than the file) is raised as it is.
+    """
     try:
-        source, kwargs = _resolve(path, kwargs, owner)
-        pf = pq.ParquetFile(source, **parquet_checks.verified(kwargs))
-        if not isinstance(source, str):  # chute's RangedFile: read_group prefetches through it
-            pf._chute_file = source
-        return pf
+        source, kwargs = _resolve(path, kwargs, owner, cache)
     except FileNotFoundError as exc:
         reraise(exc, f"{owner}: Parquet file {path!r} does not exist ({exc}).")
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         reraise(exc, f"{owner}: {path!r} is not a readable Parquet file: {exc}")
-    raise AssertionError("unreachable")  # pragma: no cover
+    return _parquet_file(source, path, kwargs, owner)
+
+
+def _parquet_file(source: Any, path: str, kwargs: dict[str, Any], owner: str) -> Any:
+    """``ParquetFile`` over what ``_resolve`` gave; a cached copy is read from its local path
+    and kept on the file (``_chute_copy``), a ``RangedFile`` too (``_chute_file``)."""
+    pq = pyarrow_parquet()
+    copy = source if isinstance(source, CopySource) else None
+    try:
+        pf = pq.ParquetFile(
+            source if copy is None else copy.path, **parquet_checks.verified(kwargs)
+        )
+    except BaseException as exc:
+        if copy is not None:
+            copy.close()
+        if isinstance(exc, FileNotFoundError):
+            reraise(exc, f"{owner}: Parquet file {path!r} does not exist ({exc}).")
+        if isinstance(exc, (OSError, ValueError)):
+            reraise(exc, f"{owner}: {path!r} is not a readable Parquet file: {exc}")
+        raise
+    if copy is not None:
+        pf._chute_copy = copy
+    elif not isinstance(source, str):  # chute's RangedFile: read_group prefetches through it
+        pf._chute_file = source
+    return pf
+
+
+def onto_copy(
+    pf: Any, path: str, kwargs: dict[str, Any], owner: str, cache: ShardCache | None
+) -> Any:
+    """``pf``, or where ``pf`` reads ``path`` from the bucket and ``cache`` now holds the whole
+    copy of that version, the copy opened in its place (``pf`` closed)."""
+    file = getattr(pf, "_chute_file", None)
+    copy = None if file is None else whole_copy(cache, path, file.version)
+    if copy is None:
+        return pf
+    local = {k: v for k, v in kwargs.items() if k != "filesystem"}
+    moved = _parquet_file(copy, path, local, owner)
+    close_file(pf)
+    return moved
+
+
+def close_file(pf: Any) -> None:
+    """Closes a file ``open_file`` opened, and lets go of its cached copy if it read one."""
+    pf.close()
+    copy = getattr(pf, "_chute_copy", None)
+    if copy is not None:
+        copy.close()
 
 
 def version_of(pf: Any) -> str | None:
-    """The version (ETag, generation) of a file opened through chute's transport, else ``None``."""
-    file = getattr(pf, "_chute_file", None)
-    return None if file is None else file.version
+    """The version (ETag, generation) of a file opened through chute's transport (or of the
+    object a cached copy holds), else ``None``."""
+    file = getattr(pf, "_chute_file", getattr(pf, "_chute_copy", None))
+    version = None if file is None else file.version
+    return None if version is None else str(version)
 
 
 def check_version(pf: Any, path: str, expected: str | None, owner: str) -> None:
     """Raises ``SourceChangedError`` if ``pf`` is another version of ``path`` than ``expected``."""
     now = version_of(pf)
     if expected is not None and now != expected:
-        pf.close()
+        close_file(pf)
         raise SourceChangedError(
             f"{owner}: {path} changed since the source was built (version {expected} then, "
             f"{now} now), so its rows may no longer be where its index says. Build the "

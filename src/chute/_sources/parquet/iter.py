@@ -21,6 +21,7 @@ from chute._core.errors import CheckpointError
 from chute._core.fingerprint import files_identity
 from chute._core.state_check import by_stage, fields, is_int
 from chute._core.validate import check_int
+from chute._sources.cached_files import cache_option
 from chute._sources.parquet import io as parquet_io
 
 _NAME = "ParquetIterDataset"
@@ -37,6 +38,18 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
             schemes through pyarrow or fsspec (see ``chute._sources.parquet.io``).
         cycle_length: chute's addition: how many files are read in turn
             (Grain reads 16).  1 reads the files one after another.
+        cache_dir: chute's addition: a directory for whole local copies of the files
+            in a bucket, shared by every process of the host that names it
+            (``chute._remote.shard_cache``).  A file's first read starts its download
+            in the background and goes on from the bucket; once the copy is whole,
+            pyarrow reads the local file (an iterator moves onto it at its next row
+            group).  Copies are of the bucket's version (one HEAD each time a file
+            opens), never an older one; an iterator holds the copies of the files it
+            reads until it moves past them or closes.  Local files are read where they
+            are.  ``None``: no copies.
+        cache_limit: The most bytes of copies in ``cache_dir`` (an int, or a string
+            like ``"20GB"``); the least recently used copies no reader holds are
+            evicted.  ``None``: as much as the disk holds.
         **read_kwargs: Passed on to ``pyarrow.parquet.ParquetFile``, such as
             ``memory_map=`` or ``read_dictionary=``; and ``filesystem=``: an obstore
             store (read through chute's transport), a ``pyarrow.fs.FileSystem`` or an
@@ -45,10 +58,12 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
     Raises:
         ImportError: pyarrow is not installed (``pip install chute[parquet]``).
         TypeError, ValueError: a bad path, an empty list of paths, or a
-            keyword that ``ParquetFile`` does not take.  Files are opened when
-            read; a missing or broken file raises then, naming the file, and a
-            page whose checksum does not match raises an ``OSError`` naming the
-            file and the row group (``chute._sources.parquet.checks``).
+            keyword that ``ParquetFile`` does not take; ``cache_limit`` without
+            ``cache_dir``.  Files are opened when read; a missing or broken file
+            raises then, naming the file, and a page whose checksum does not match
+            raises an ``OSError`` naming the file and the row group
+            (``chute._sources.parquet.checks``); a file larger than ``cache_limit``
+            raises a ``ValueError`` when it is opened.
 
     >>> import os, tempfile, pyarrow as pa, pyarrow.parquet as pq
     >>> path = os.path.join(tempfile.mkdtemp(), "rows.parquet")
@@ -57,10 +72,21 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
     [(1, 'a'), (2, None), (3, 'c')]
     """
 
-    def __init__(self, path: Any, *, cycle_length: int = 16, **read_kwargs: Any) -> None:
+    def __init__(
+        self,
+        path: Any,
+        *,
+        cycle_length: int = 16,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
+        **read_kwargs: Any,
+    ) -> None:
         super().__init__()
         self._paths = parquet_io.check_paths(path, _NAME)
         self._read_kwargs = parquet_io.check_read_kwargs(read_kwargs, _NAME)
+        parquet_io.check_cache_filesystem(self._read_kwargs, cache_dir, _NAME)
+        remote = parquet_io.reads_through_chute(self._paths, self._read_kwargs)
+        self._disk_cache = cache_option(_NAME, cache_dir, cache_limit, remote=remote)
         self._cycle_length = check_int(cycle_length, f"{_NAME}: cycle_length", minimum=1)
         self._cycle = min(self._cycle_length, len(self._paths))
 
@@ -94,7 +120,10 @@ class ParquetIterDataset(IterDataset[dict[str, Any]]):
 
     def _describe(self) -> str:
         kwargs = parquet_io.describe_kwargs(self._read_kwargs)
-        return f"paths={parquet_io.describe_paths(self._paths)}, cycle_length={self._cycle}{kwargs}"
+        cache = self._disk_cache
+        cache_dir = "" if cache is None else f", cache_dir={cache.directory!r}"
+        paths = parquet_io.describe_paths(self._paths)
+        return f"paths={paths}, cycle_length={self._cycle}{kwargs}{cache_dir}"
 
 
 class _Cursor:
@@ -122,8 +151,11 @@ class _Cursor:
 
     def _fill(self) -> bool:
         path = self._ds._paths[self.file]
+        kwargs, cache = self._ds._read_kwargs, self._ds._disk_cache
         if self._pf is None:
-            self._pf = parquet_io.open_file(path, self._ds._read_kwargs, _NAME)
+            self._pf = parquet_io.open_file(path, kwargs, _NAME, cache)
+        elif self._columns is None:  # read from the bucket until the cache's copy is whole
+            self._pf = parquet_io.onto_copy(self._pf, path, kwargs, _NAME, cache)
         while self._columns is None:
             if self.group >= self._pf.num_row_groups:
                 return False
@@ -145,7 +177,7 @@ class _Cursor:
 
     def close(self) -> None:
         if self._pf is not None:
-            self._pf.close()
+            parquet_io.close_file(self._pf)
             self._pf = None
 
 

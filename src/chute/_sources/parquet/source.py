@@ -21,6 +21,7 @@ import collections
 import concurrent.futures
 import os
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -30,6 +31,8 @@ from chute._core.errors import Origin, mark_origin
 from chute._core.fingerprint import files_identity
 from chute._core.fork import ForkCheck
 from chute._core.validate import check_int
+from chute._remote.shard_cache import ShardCache
+from chute._sources.cached_files import cache_option
 from chute._sources.parquet import io as parquet_io
 from chute._sources.protocol import as_index, check_indices, out_of_range
 
@@ -60,6 +63,17 @@ class ParquetDataSource:
         cache_bytes: How much of the row groups read last to keep converted,
             per process, in bytes of Arrow data (Python objects of string and
             list columns take more); the last row group read is always kept.
+        cache_dir: chute's addition: a directory for whole local copies of the files
+            in a bucket, shared by every process of the host that names it
+            (``chute._remote.shard_cache``).  A file's first read starts its download
+            in the background and goes on from the bucket; once the copy is whole,
+            pyarrow reads the local file.  Copies are of the bucket's version (one HEAD
+            each time a file opens), never an older one.  Local files are read where
+            they are.  ``None``: no copies.
+        cache_limit: The most bytes of copies in ``cache_dir`` (an int, or a string
+            like ``"20GB"``); the least recently used copies no reader holds are
+            evicted.  ``None``: as much as the disk holds.  A limit smaller than a
+            file raises ``ValueError`` when the source is built.
         **read_kwargs: Passed on to ``pyarrow.parquet.ParquetFile``, such as
             ``memory_map=``; and ``filesystem=``: an obstore store (read through
             chute's transport), a ``pyarrow.fs.FileSystem`` or an fsspec filesystem.
@@ -90,13 +104,18 @@ class ParquetDataSource:
         columns: Sequence[str] | None = None,
         *,
         cache_bytes: int = 128 * 2**20,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
         **read_kwargs: Any,
     ) -> None:
         self._paths = parquet_io.check_paths(paths, _NAME)
         self._columns = _check_columns(columns)
         self._read_kwargs = parquet_io.check_read_kwargs(read_kwargs, _NAME)
         self._cache_bytes = check_int(cache_bytes, f"{_NAME}: cache_bytes", minimum=0)
-        found = _index(self._paths, self._columns, self._read_kwargs)
+        parquet_io.check_cache_filesystem(self._read_kwargs, cache_dir, _NAME)
+        remote = parquet_io.reads_through_chute(self._paths, self._read_kwargs)
+        self._disk_cache = cache_option(_NAME, cache_dir, cache_limit, remote=remote)
+        found = _index(self._paths, self._columns, self._read_kwargs, self._disk_cache)
         sizes = [file_sizes for file_sizes, _ in found]
         self._versions = [version for _, version in found]  # of objects in a bucket
         counts = [n for file_sizes in sizes for n in file_sizes]
@@ -110,6 +129,9 @@ class ParquetDataSource:
         self._made = ForkCheck()
         self._lock = threading.Lock()
         self._local = threading.local()  # each thread's open files
+        self._all_files: weakref.WeakValueDictionary[int, _OpenFiles] = (
+            weakref.WeakValueDictionary()
+        )  # every thread's, by id, for close()
         self._cache: collections.OrderedDict[int, tuple[list[str], list[np.ndarray], int]] = (
             collections.OrderedDict()
         )
@@ -185,24 +207,49 @@ class ParquetDataSource:
         """This thread's open ``ParquetFile`` for ``file`` (pyarrow's are not thread-safe)."""
         files = getattr(self._local, "files", None)
         if files is None:
-            files = self._local.files = collections.OrderedDict()
+            files = self._local.files = _OpenFiles()
+            with self._lock:
+                self._all_files[id(files)] = files
+        path = self._paths[file]
         pf = files.get(file)
-        if pf is not None:
+        if pf is not None:  # read from the bucket until the cache's copy is whole
+            files[file] = pf = parquet_io.onto_copy(
+                pf, path, self._read_kwargs, _NAME, self._disk_cache
+            )
             files.move_to_end(file)
             return pf
-        path = self._paths[file]
-        pf = parquet_io.open_file(path, self._read_kwargs, _NAME)
+        pf = parquet_io.open_file(path, self._read_kwargs, _NAME, self._disk_cache)
         parquet_io.check_version(pf, path, self._versions[file], _NAME)
         files[file] = pf
         if len(files) > _MAX_OPEN_FILES:
-            files.popitem(last=False)[1].close()
+            parquet_io.close_file(files.popitem(last=False)[1])
         return pf
+
+    def close(self) -> None:
+        """Closes the files open in this process, in every thread; a later read opens them.
+
+        Their cached copies are let go of (they may be evicted).  Call it while no read runs.
+        """
+        if self._made.forked():
+            self._reset()
+            return
+        with self._lock:
+            every = list(self._all_files.values())
+        for files in every:
+            while files:
+                parquet_io.close_file(files.popitem()[1])
+
+    def __enter__(self) -> ParquetDataSource:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     # -- pickling and repr ------------------------------------------------------------
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for key in ("_made", "_lock", "_local", "_cache", "_cached_bytes"):
+        for key in ("_made", "_lock", "_local", "_all_files", "_cache", "_cached_bytes"):
             del state[key]
         return state
 
@@ -223,9 +270,15 @@ class ParquetDataSource:
     def __repr__(self) -> str:
         columns = None if self._columns is None else list(self._columns)
         kwargs = parquet_io.describe_kwargs(self._read_kwargs)
-        return (
-            f"{_NAME}(paths={parquet_io.describe_paths(self._paths)}, columns={columns!r}{kwargs})"
-        )
+        cache = self._disk_cache
+        cache_dir = "" if cache is None else f", cache_dir={cache.directory!r}"
+        paths = parquet_io.describe_paths(self._paths)
+        return f"{_NAME}(paths={paths}, columns={columns!r}{kwargs}{cache_dir})"
+
+
+class _OpenFiles(collections.OrderedDict[int, Any]):
+    """One thread's open files, most recently read last (a class of its own, so the source
+    can keep a weak reference to each thread's for ``close()``)."""
 
 
 def _check_columns(columns: Any) -> tuple[str, ...] | None:
@@ -247,14 +300,15 @@ def _check_columns(columns: Any) -> tuple[str, ...] | None:
 
 
 def _file_sizes(
-    path: str, columns: tuple[str, ...] | None, kwargs: dict[str, Any]
+    path: str, columns: tuple[str, ...] | None, kwargs: dict[str, Any], cache: ShardCache | None
 ) -> tuple[list[int], str | None]:
     """The row counts of a file's row groups, from its metadata, and its version.
 
     Checks ``columns``.  The version is an object's ETag or generation when read through
-    chute's transport (``None`` for other files).
+    chute's transport (``None`` for other files).  With ``cache``, an object's download
+    starts now, or its footer is read from the copy.
     """
-    pf = parquet_io.open_file(path, kwargs, _NAME)
+    pf = parquet_io.open_file(path, kwargs, _NAME, cache)
     try:
         names = pf.schema_arrow.names
         missing = [c for c in columns or () if c not in names]
@@ -264,14 +318,17 @@ def _file_sizes(
         counts = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
         return counts, parquet_io.version_of(pf)
     finally:
-        pf.close()
+        parquet_io.close_file(pf)
 
 
 def _index(
-    paths: tuple[str, ...], columns: tuple[str, ...] | None, kwargs: dict[str, Any]
+    paths: tuple[str, ...],
+    columns: tuple[str, ...] | None,
+    kwargs: dict[str, Any],
+    cache: ShardCache | None,
 ) -> list[tuple[list[int], str | None]]:
     """Row-group sizes and version of every file; footers are read on threads when many."""
     if len(paths) == 1:
-        return [_file_sizes(paths[0], columns, kwargs)]
+        return [_file_sizes(paths[0], columns, kwargs, cache)]
     with concurrent.futures.ThreadPoolExecutor(min(16, len(paths))) as pool:
-        return list(pool.map(lambda p: _file_sizes(p, columns, kwargs), paths))
+        return list(pool.map(lambda p: _file_sizes(p, columns, kwargs, cache), paths))
