@@ -96,6 +96,7 @@ def test_a_new_source_reads_the_copies_with_one_request_a_shard(s3: Any, tmp_pat
     # the index's header and each shard's version check; no record is fetched
     assert SHARDS <= s3.proxy.requests <= SHARDS + 3
     assert metrics.snapshot()["cache_hits"] - hits == SHARDS
+    assert metrics.snapshot()["cache_bytes_read"] >= sum(len(r) for r in read_all(again))
     # Seen lately by a process of the host, the versions need no request at all.
     s3.proxy.configure()
     assert read_all(ArrayRecordDataSource(index, cache_dir=cache_dir)) == read_all(

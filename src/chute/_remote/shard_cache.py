@@ -555,6 +555,7 @@ class CopySource:
                     f"object ({self._size} bytes)."
                 )
             out.append(_pread_all(self._fd, length, offset))
+        metrics.count("cache_bytes_read", sum(len(d) for d in out))
         return out
 
     def read_all(self) -> bytes:

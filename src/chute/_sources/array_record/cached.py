@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._core import metrics
 from chute._remote.shard_cache import CachedCopy
 from chute._sources.array_record.files import open_reader, options_string
 
@@ -40,12 +41,14 @@ class CachedShardReader:
         read = self._reader.read
         at = positions.tolist() if isinstance(positions, np.ndarray) else list(positions)
         try:
-            return [read(p, p + 1)[0] for p in at]
+            records = [read(p, p + 1)[0] for p in at]
         except RuntimeError as exc:  # array_record's own checks failed on the copy
             raise ValueError(
                 f"ArrayRecordDataSource: the cached copy {self._copy.path!r} of {self._url} "
                 f"cannot be read: {exc}. Delete it (or the cache directory) to fetch it again."
             ) from exc
+        metrics.count("cache_bytes_read", sum(map(len, records)))
+        return records
 
     def release_cache(self) -> None:
         """Nothing to let go of: the copy's pages are the kernel's to keep."""
