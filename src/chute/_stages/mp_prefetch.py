@@ -271,7 +271,7 @@ class _MultiprocessIterator(RoundRobinIterator):
             and len(exhausted) == saved_count
             and all(isinstance(x, bool) for x in exhausted)
         ):
-            expected = f"a list of {saved_count} bools, one per worker"
+            expected = f"a list of {saved_count} bools, one per worker of state['workers']"
             raise refuse(self, "exhausted", f"{where}['exhausted']", expected, exhausted)
         self._check_stream(state["stream"], f"{where}['stream']")
         stream = self._saved_stream(state["stream"])
