@@ -1,6 +1,6 @@
 """The data of ``bench_images``: a folder of JPEGs, and each loader's format of them.
 
-``write_all(folder, n)`` writes, once (a marker file says the set is complete):
+``write_all(folder, n, formats)`` writes, once (a marker file says each is complete):
 
 * ``jpegs/c<k>/<i>.jpg``: ``n`` JPEGs of 128x128x3, quality 90, image ``i`` in class
   ``i % 10``; each is a 256x256 window of one of 8 generated photo-like scenes
@@ -44,25 +44,20 @@ def labelled(folder: str, n: int) -> list[tuple[str, int]]:
     return [(jpeg_path(folder, i), i % CLASSES) for i in range(n)]
 
 
-def write_all(folder: str, n: int) -> None:
-    """Writes the JPEGs and every loader's copy of them into ``folder``, unless done before."""
-    marker = os.path.join(folder, "COMPLETE")
-    if os.path.exists(marker):
-        return
-    shutil.rmtree(folder, ignore_errors=True)
-    steps = (
-        ("JPEG files", write_jpegs),
-        ("chute convert", convert),
-        ("LitData optimize", write_litdata),
-        ("WebDataset shards", write_wds),
-        ("MDS shards", write_mds),
-    )
-    for what, step in steps:
+def write_all(folder: str, n: int, formats: set[str]) -> None:
+    """Writes the JPEGs and the copies of them in ``formats`` (of ``WRITERS``) into
+    ``folder``, each unless done before (a marker file says it is complete)."""
+    steps = [("jpegs", write_jpegs)] + [(f, WRITERS[f]) for f in WRITERS if f in formats]
+    for name, step in steps:
+        marker = os.path.join(folder, f"COMPLETE-{name}")
+        if os.path.exists(marker):
+            continue
+        shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
         began = time.perf_counter()
         step(folder, n)
-        print(f"  wrote {what} in {time.perf_counter() - began:.1f} s")
-    with open(marker, "w") as f:
-        f.write("ok\n")
+        print(f"  wrote {name} in {time.perf_counter() - began:.1f} s")
+        with open(marker, "w") as f:
+            f.write("ok\n")
 
 
 def write_jpegs(folder: str, n: int) -> None:
@@ -93,10 +88,17 @@ def read_jpegs(folder: str, n: int) -> list[bytes]:
 
 def convert(folder: str, n: int) -> None:
     """``chute convert`` of the folder, as a user runs it."""
-    chute_cli = os.path.join(os.path.dirname(sys.executable), "chute")
+    chute_cli = [os.path.join(os.path.dirname(sys.executable), "chute")]
+    if not os.path.exists(chute_cli[0]):  # chute on the path, not installed: the same command
+        chute_cli = [
+            sys.executable,
+            "-c",
+            "import sys; from chute.cli import main; sys.exit(main())",
+        ]
     jpegs, prefix = os.path.join(folder, "jpegs"), os.path.join(folder, "arrayrecord", "train")
+    os.makedirs(os.path.dirname(prefix))
     subprocess.run(
-        [chute_cli, "convert", jpegs, prefix, "--num-shards", str(SHARDS), "--no-progress"],
+        [*chute_cli, "convert", jpegs, prefix, "--num-shards", str(SHARDS), "--no-progress"],
         check=True,
         stdout=subprocess.DEVNULL,
     )
@@ -148,6 +150,10 @@ def write_mds(folder: str, n: int) -> None:
     with MDSWriter(out=os.path.join(folder, "mds"), columns=columns) as writer:
         for i, jpeg in enumerate(jpegs):
             writer.write({"image": jpeg, "label": i % CLASSES})
+
+
+WRITERS = {"arrayrecord": convert, "litdata": write_litdata, "wds": write_wds, "mds": write_mds}
+"""Each loader's copy of the JPEGs: the folder it is written to, and what writes it."""
 
 
 def jpeg_bytes_example(folder: str) -> int:

@@ -248,24 +248,40 @@ def streaming_loader(folder: str, n: int) -> Loader:
 # -- the limit ---------------------------------------------------------------------------------
 
 
-def limit(folder: str, n: int) -> Loader:
+def limit(folder: str, n: int, keep_memory: bool = True) -> Loader:
     """Two bare forked processes over the JPEGs already in memory; nothing handed back."""
     jpegs = data.read_jpegs(folder, n)
     labels = [label for _, label in data.labelled(folder, n)]
     order = np.random.default_rng(SEED).permutation(n)
 
     def epoch() -> Batches:
-        return runners.bare_processes(limit_job(jpegs, labels, order), WORKERS)
+        job = limit_job(jpegs, labels, order, keep_memory)
+        return runners.bare_processes(job, WORKERS)
 
     return Loader(epoch, hands_back=False)
 
 
+def limit_malloc_defaults(folder: str, n: int) -> Loader:
+    """The limit with glibc's defaults, which return freed memory to the system."""
+    return limit(folder, n, keep_memory=False)
+
+
+FORMATS = {
+    "chute mp_prefetch": "arrayrecord",
+    "chute DataLoader": "arrayrecord",
+    "LitData": "litdata",
+    "WebDataset": "wds",
+    "MosaicML Streaming": "mds",
+}
+"""The copy of the JPEGs each loader reads (``jpegs.data.WRITERS``); the others read the files."""
+
 LOADERS: dict[str, Callable[[str, int], Loader]] = {
     "chute mp_prefetch": chute_mp_prefetch,
     "chute DataLoader": chute_data_loader,
-    "PyTorch DataLoader, files": torch_files,
+    "PyTorch DataLoader (files)": torch_files,
     "LitData": litdata_loader,
     "WebDataset": webdataset_loader,
     "MosaicML Streaming": streaming_loader,
     "limit": limit,
+    "limit (malloc defaults)": limit_malloc_defaults,
 }
