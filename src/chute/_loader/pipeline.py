@@ -14,6 +14,7 @@ the rest run as IterDataset stages.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -96,12 +97,17 @@ class _ReadMapDataset(MapDataset[Any]):
 
 
 class _OnData:
-    """Applies a user function to a record's data (the function's name shows in errors)."""
+    """Applies a user function to a record's data (the function's name shows in errors).
+
+    A random map draws from one ``KeyedRng`` per thread: chunks of records are read
+    ahead on several threads, and a generator shared between them would hand one
+    record the numbers of another.
+    """
 
     def __init__(self, fn: Callable[..., Any], kind: str, seed: int | None) -> None:
         self._fn, self._kind, self._seed = fn, kind, seed
         self.__qualname__ = function_name(fn)
-        self._rng: KeyedRng | None = None
+        self._rngs = threading.local()
 
     def __call__(self, record: Record) -> Any:
         kind = self._kind
@@ -123,12 +129,17 @@ class _OnData:
                 "a RandomMap operation needs a seeded sampler: pass seed=... to the "
                 "sampler (e.g. IndexSampler(..., seed=0))."
             )
-        if self._rng is None:
-            self._rng = KeyedRng()
-        return self._rng.at(self._seed + metadata.index)
+        rng = getattr(self._rngs, "rng", None)
+        if rng is None:
+            rng = self._rngs.rng = KeyedRng()
+        return rng.at(self._seed + metadata.index)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_rng": None}
+        return {**self.__dict__, "_rngs": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._rngs = threading.local()
 
 
 def _element_wise(op: Any, seed: int | None) -> tuple[str, _OnData] | None:
