@@ -57,3 +57,24 @@ def test_a_failing_map_batch_leaves_the_batches_around_it_as_without_workers(
     expected = _outcomes(iter(ds))
     assert expected[4] == "ValueError" and len(expected) == 50
     assert _outcomes(iter(ds.mp_prefetch(OPTIONS))) == expected
+
+
+class _Image(grain.transforms.RandomMap):
+    def random_map(self, i: int, rng: np.random.Generator) -> dict[str, Any]:
+        return {"image": _image(i + int(rng.integers(1))), "label": i}  # rng.integers(1): 0
+
+
+def test_loader_batches_of_records_from_workers_hold_their_records(start_method: str) -> None:
+    loader = grain.DataLoader(
+        data_source=list(range(64)),
+        sampler=grain.IndexSampler(num_records=64, shuffle=False, seed=0, num_epochs=1),
+        operations=[_Image(), grain.transforms.Batch(8)],
+        worker_count=2,
+    )
+    # Worker w batches positions w, w + 2, ...; the loader takes the workers in turn.
+    expected = []
+    for k in range(4):
+        for w in range(2):
+            ids = list(range(w + 16 * k, w + 16 * (k + 1), 2))
+            expected.append([*map(float, ids), *ids])
+    assert _outcomes(iter(loader)) == expected

@@ -27,6 +27,23 @@ def _loader_batches() -> list[Any]:
     return list(loader)
 
 
+class _Draw(grain.transforms.RandomMap):
+    def random_map(self, x: Any, rng: np.random.Generator) -> Any:
+        return x + rng.integers(1)  # + 0: the records carry their RNG to the batch
+
+
+def _loader_record_batches() -> list[Any]:
+    """A loader whose operations need the records' RNG: its records are batched, then
+    unwrapped."""
+    loader = grain.DataLoader(
+        data_source=[np.full(4, i) for i in range(8)],
+        sampler=grain.IndexSampler(num_records=8, shuffle=False, seed=0, num_epochs=1),
+        operations=[_Draw(), grain.transforms.Batch(4)],
+        worker_count=2,
+    )
+    return list(loader)
+
+
 def _mp_prefetch_batches() -> list[Any]:
     ds = grain.MapDataset.range(8).map(lambda i: np.full(4, i)).to_iter_dataset().batch(4)
     return list(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
@@ -39,7 +56,8 @@ def _mp_prefetch_map_batches() -> list[Any]:
 
 @pytest.mark.forks
 @pytest.mark.parametrize(
-    "batches", [_mp_prefetch_batches, _mp_prefetch_map_batches, _loader_batches]
+    "batches",
+    [_mp_prefetch_batches, _mp_prefetch_map_batches, _loader_batches, _loader_record_batches],
 )
 def test_workers_stack_their_default_batches_with_the_ring_stacker(
     batches: Any, monkeypatch: pytest.MonkeyPatch

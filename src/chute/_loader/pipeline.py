@@ -14,6 +14,8 @@ the rest run as IterDataset stages.
 
 from __future__ import annotations
 
+import copy
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,7 +40,9 @@ from chute._core.tree import stack
 from chute._loader.legacy_operation import RecordOperation
 from chute._loader.record import Record, RecordMetadata
 from chute._stages._origin import function_name, locate
+from chute._stages.batch import BatchIterDataset, leaves_stacked_by
 from chute._stages.flat_map import FlatMapIterDataset
+from chute._stages.map import MapIterDataset
 from chute._stages.source_dataset import SourceMapDataset
 from chute._stages.streams import Stream, StreamMapDataset
 
@@ -216,6 +220,25 @@ def worker_dataset(
 
 def _data_of(record: Record) -> Any:
     return record.data
+
+
+def stacked_by(dataset: IterDataset[Any], leaves_fn: Callable[[list[Any]], Any]) -> Any:
+    """A worker's pipeline whose default batches combine their leaves with ``leaves_fn``.
+
+    What ``leaves_stacked_by`` does for a pipeline that ends in a batch, done also
+    for one whose records (the operations need their RNG or index) are batched
+    last and unwrapped after: the batch of data is still the element sent next, so
+    a worker can stack it straight into its shared memory.
+    """
+    if isinstance(dataset, MapIterDataset) and dataset._fn is _data_of:
+        batch = dataset._parent
+        if isinstance(batch, BatchIterDataset) and getattr(batch._batch_fn, "_fn", None) is stack:
+            batched = copy.copy(batch)
+            batched._batch_fn = _batch_records(functools.partial(stack, leaves_fn=leaves_fn))
+            copied = copy.copy(dataset)
+            copied._parents = (batched,)
+            return copied
+    return leaves_stacked_by(dataset, leaves_fn)
 
 
 def _on_records(op: Any, seed: int | None) -> Any:
