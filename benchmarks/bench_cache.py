@@ -59,6 +59,7 @@ from typing import Any
 import numpy as np
 
 import common
+import runners
 from bench_remote_clients import LATENCY, s3_servers
 
 try:
@@ -235,43 +236,8 @@ def chute_rows_with(
 # -- peers over S3 ------------------------------------------------------------------------
 
 
-def _import_streaming() -> Any:
-    """Streaming, imported beside the CPU build of torch.
-
-    ``import streaming`` imports its vision datasets, which import torchvision, whose
-    compiled ops need the CUDA build of torch (no CPU build of torchvision 0.28 is
-    published for this machine).  The benchmark reads MDS shards of bytes and uses none
-    of them, so where torchvision cannot load, a stand-in with the two names those
-    modules import takes its place.  Nothing of Streaming's reading or caching changes.
-    """
-    try:
-        import torchvision  # noqa: F401
-    except Exception:
-        import importlib.machinery
-        import types
-
-        stand_in = {
-            name: types.ModuleType(name)
-            for name in (
-                "torchvision",
-                "torchvision.datasets",
-                "torchvision.transforms",
-                "torchvision.transforms.functional",
-            )
-        }
-        stand_in["torchvision.datasets"].VisionDataset = object  # type: ignore[attr-defined]
-        stand_in["torchvision.datasets"].CIFAR10 = object  # type: ignore[attr-defined]
-        stand_in["torchvision.transforms.functional"].to_tensor = None  # type: ignore[attr-defined]
-        for name, module in stand_in.items():
-            module.__spec__ = importlib.machinery.ModuleSpec(name, None)
-        sys.modules.update(stand_in)
-    import streaming
-
-    return streaming
-
-
 def write_mds(w: Workload, data: list[bytes], out: str) -> None:
-    MDSWriter = _import_streaming().MDSWriter
+    MDSWriter = runners.import_streaming().MDSWriter
 
     with MDSWriter(out=out, columns={"record": "bytes"}, size_limit="8mb") as writer:
         for record in data:
@@ -301,7 +267,7 @@ def upload(s3: Any, folder: str, prefix: str) -> None:
 def streaming_epochs(remote: str, cache: str, workers: int) -> list[tuple[float, int, int]]:
     import torch.utils.data
 
-    StreamingDataset = _import_streaming().StreamingDataset
+    StreamingDataset = runners.import_streaming().StreamingDataset
 
     dataset = StreamingDataset(
         remote=remote, local=cache, shuffle=True, shuffle_seed=0, batch_size=BATCH

@@ -45,11 +45,14 @@ RUN_TIMEOUT_S = 120
 # -- arguments and environment ----------------------------------------------------------
 
 
-def parse_args(description: str) -> argparse.Namespace:
+def parse_args(description: str, repeats: int = 3) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--json", metavar="PATH", help="write the results as JSON to PATH")
     parser.add_argument(
-        "--repeats", type=int, default=3, help="timed runs per implementation (default 3)"
+        "--repeats",
+        type=int,
+        default=repeats,
+        help=f"timed runs per implementation (default {repeats})",
     )
     args = parser.parse_args()
     if args.repeats < 1:

@@ -13,7 +13,8 @@ Peers:
 * Grain runs the very same code as chute (a function that takes the module):
   ``with_workers`` (``mp_prefetch``), ``map_transform`` and ``data_loader`` (the
   ``DataLoader`` API), and ``mark_grain_flags_parsed`` for Grain's worker processes;
-* PyTorch: ``map_dataset``, ``torch_loader``, ``shutdown_torch`` and ``as_numpy``.
+* PyTorch: ``map_dataset``, ``torch_loader``, ``shutdown_torch`` and ``as_numpy``;
+* MosaicML Streaming: ``import_streaming`` (beside the CPU build of torch).
 
 Nothing here imports chute, Grain or PyTorch: the caller passes the module in.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -159,6 +161,44 @@ def data_loader(
         operations=[transform(), lib.transforms.Batch(batch_size)],
         worker_count=0,
     )
+
+
+# -- MosaicML Streaming -------------------------------------------------------------------
+
+
+def import_streaming() -> Any:
+    """Streaming, imported beside the CPU build of torch.
+
+    ``import streaming`` imports its vision datasets, which import torchvision, whose
+    compiled ops need the CUDA build of torch (no CPU build of torchvision 0.28 is
+    published for this machine).  The benchmarks read MDS shards of bytes and use none
+    of them, so where torchvision cannot load, a stand-in with the two names those
+    modules import takes its place.  Nothing of Streaming's reading or caching changes.
+    """
+    try:
+        import torchvision  # noqa: F401
+    except Exception:
+        import importlib.machinery
+        import types
+
+        stand_in = {
+            name: types.ModuleType(name)
+            for name in (
+                "torchvision",
+                "torchvision.datasets",
+                "torchvision.transforms",
+                "torchvision.transforms.functional",
+            )
+        }
+        stand_in["torchvision.datasets"].VisionDataset = object  # type: ignore[attr-defined]
+        stand_in["torchvision.datasets"].CIFAR10 = object  # type: ignore[attr-defined]
+        stand_in["torchvision.transforms.functional"].to_tensor = None  # type: ignore[attr-defined]
+        for name, module in stand_in.items():
+            module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        sys.modules.update(stand_in)
+    import streaming
+
+    return streaming
 
 
 # -- PyTorch's DataLoader ---------------------------------------------------------------------

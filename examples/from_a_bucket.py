@@ -127,9 +127,8 @@ def cached_epochs(index_url: str) -> None:
         for epoch in (1, 2):
             start = time.perf_counter()
             records = sum(1 for _ in grain.MapDataset.source(source).seed(epoch).shuffle())
-            print(
-                f"epoch {epoch} with a cache: {records} records in {time.perf_counter() - start:.2f} s"
-            )
+            seconds = time.perf_counter() - start
+            print(f"epoch {epoch} with a cache: {records} records in {seconds:.2f} s")
             for _ in range(100):  # the downloads land (at most a few seconds)
                 copies = os.listdir(os.path.join(cache_dir, "objects"))
                 if len(copies) == len(source.shards):

@@ -349,6 +349,23 @@ def test_a_reserved_slot_left_out_of_the_message_goes_back(
     assert _states(writer) == [0]
 
 
+def test_a_reserved_slot_sent_after_another_message_arrives_as_a_copy(
+    ring: tuple[RingReader, RingWriter],
+) -> None:
+    reader, writer = ring
+    batches = [np.full((4, 10_000), i, np.int64) for i in range(3)]
+    slots = []
+    for batch in batches:  # several batches made before the first is sent
+        slot, view = writer.reserve(batch.shape, batch.dtype)
+        view[...] = batch
+        slots.append(slot)
+    first = writer.encode({"batch": slots[0]})
+    assert _states(writer).count(0) == 2  # the two slots not sent went back at once
+    writer.encode(np.full(40_000, -1))  # and are reused: their arrays were copied before
+    rest = [reader.decode(writer.encode({"batch": slot})) for slot in slots[1:]]
+    _assert_same([reader.decode(first), *rest], [{"batch": b} for b in batches])
+
+
 def test_closed_reader_stops_the_writer_and_leaves_nothing() -> None:
     reader = RingReader()
     writer = RingWriter(reader.prefix)

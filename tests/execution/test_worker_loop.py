@@ -27,13 +27,38 @@ def _loader_batches() -> list[Any]:
     return list(loader)
 
 
+class _Draw(grain.transforms.RandomMap):
+    def random_map(self, x: Any, rng: np.random.Generator) -> Any:
+        return x + rng.integers(1)  # + 0: the records carry their RNG to the batch
+
+
+def _loader_record_batches() -> list[Any]:
+    """A loader whose operations need the records' RNG: its records are batched, then
+    unwrapped."""
+    loader = grain.DataLoader(
+        data_source=[np.full(4, i) for i in range(8)],
+        sampler=grain.IndexSampler(num_records=8, shuffle=False, seed=0, num_epochs=1),
+        operations=[_Draw(), grain.transforms.Batch(4)],
+        worker_count=2,
+    )
+    return list(loader)
+
+
 def _mp_prefetch_batches() -> list[Any]:
     ds = grain.MapDataset.range(8).map(lambda i: np.full(4, i)).to_iter_dataset().batch(4)
     return list(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
 
 
+def _mp_prefetch_map_batches() -> list[Any]:
+    ds = grain.MapDataset.range(8).map(lambda i: np.full(4, i)).batch(4).to_iter_dataset()
+    return list(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+
+
 @pytest.mark.forks
-@pytest.mark.parametrize("batches", [_mp_prefetch_batches, _loader_batches])
+@pytest.mark.parametrize(
+    "batches",
+    [_mp_prefetch_batches, _mp_prefetch_map_batches, _loader_batches, _loader_record_batches],
+)
 def test_workers_stack_their_default_batches_with_the_ring_stacker(
     batches: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -76,3 +101,22 @@ def test_a_stop_a_finalizer_swallowed_prints_nothing_and_stops_at_the_next_eleme
     with pytest.raises(worker_loop.WorkerStopped):
         worker_loop._serve(iter(range(3)), Credits(), sent.append)
     assert sent == []  # no element made after the stop
+
+
+def test_batches_made_on_a_reading_thread_are_stacked_as_usual() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from chute._execution.transport import RingReader, RingSlot, RingWriter
+    from chute._stages.batch import leaves_stacked_by
+
+    leaves = [np.full(10_000, i) for i in range(4)]
+    with RingReader() as reader, RingWriter(reader.prefix) as writer:
+        ds = worker_loop._batches_in_ring(
+            grain.MapDataset.range(4).to_iter_dataset().batch(4), writer, leaves_stacked_by
+        )
+        stack = ds._batch_fn.keywords["leaves_fn"]  # as the sending thread holds it
+        with ThreadPoolExecutor(1) as pool:
+            on_thread = pool.submit(stack, leaves).result()
+        assert isinstance(on_thread, np.ndarray)
+        np.testing.assert_array_equal(on_thread, np.stack(leaves))
+        assert isinstance(stack(leaves), RingSlot)

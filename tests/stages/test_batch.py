@@ -111,3 +111,31 @@ def test_leaves_stacked_by_routes_only_default_batches_through_leaves_fn() -> No
     assert leaves_stacked_by(own, negated) is own
     batched_then_mapped = default.map(lambda b: b)
     assert leaves_stacked_by(batched_then_mapped, negated) is batched_then_mapped
+
+
+def test_leaves_stacked_by_routes_the_first_map_batch_of_each_read_through_leaves_fn() -> None:
+    def negated(leaves: list[np.ndarray]) -> np.ndarray:
+        return -np.stack(leaves)
+
+    batches = MapDataset.range(1, 41).batch(2)
+    ds = batches.slice(slice(1, None, 2)).to_iter_dataset()  # a worker's share
+    routed = leaves_stacked_by(ds, negated)
+    expected = [b.tolist() for b in ds]  # the original is left as it was
+    assert expected == [[3 + 4 * k, 4 + 4 * k] for k in range(10)]
+    got = [b.tolist() for b in routed]
+    assert got[0] == [-3, -4]  # the first read holds one batch
+    assert all(g in (e, [-x for x in e]) for g, e in zip(got, expected))
+    assert len(got) == len(expected)
+    read = routed._parent._getitems([0, 1, 2])  # one read of three batches: the first routed
+    assert [b.tolist() for b in read] == [[-3, -4], [7, 8], [11, 12]]
+
+
+def test_leaves_stacked_by_leaves_other_map_batches_alone() -> None:
+    def negated(leaves: list[np.ndarray]) -> np.ndarray:
+        return -np.stack(leaves)
+
+    own = MapDataset.range(4).batch(2, batch_fn=list).to_iter_dataset()
+    then_mapped = MapDataset.range(4).batch(2).to_iter_dataset().map(lambda b: b)
+    batched_then_mapped = MapDataset.range(4).batch(2).map(lambda b: b).to_iter_dataset()
+    for ds in (own, then_mapped, batched_then_mapped):
+        assert leaves_stacked_by(ds, negated) is ds

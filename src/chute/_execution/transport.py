@@ -25,7 +25,9 @@ Rules for callers:
 * Messages may be decoded in any order, or dropped (their slots stay busy).
   An ``encode`` that raises (plain pickle cannot carry a lambda, say) takes
   back every slot it claimed, and turns the reserved slots into copies, so
-  the caller can send the same tree with another pickler.
+  the caller can send the same tree with another pickler.  A reserved slot
+  that the next ``encode`` does not carry becomes a copy too, which a later
+  message carries.
 * Neither side waits for the other: when no free slot fits, the writer makes
   a new one.  Limit how many messages are in flight (credits) to bound
   memory.  Once the reader is closed, ``encode`` raises ``BrokenPipeError``.
@@ -88,8 +90,9 @@ def _rebuild(buffer: Any, dtype: np.dtype[Any], shape: tuple[int, ...]) -> np.nd
 class RingSlot:
     """Stands for an array reserved in a slot (``RingWriter.reserve``) in a tree.
 
-    Pickles as that array, and only inside the next ``encode`` of its writer;
-    if that ``encode`` fails, it holds a copy of the array and pickles it inline.
+    Pickles as that array, without a copy inside the next ``encode`` of its
+    writer; if that ``encode`` fails or does not carry it, it holds a copy of the
+    array from then on and pickles as that copy.
     """
 
     __slots__ = ("_buffer", "_location", "_view")
@@ -154,9 +157,11 @@ class RingWriter:
         """Space for an array in a slot, to fill in place before ``encode``.
 
         Fill ``view`` (e.g. ``np.stack(rows, out=view)``), then put ``slot``
-        (or ``view``) where the array belongs in the tree passed to the very
-        next ``encode()``; the slot travels without another copy.  After that
-        ``encode()``, the slot and the view are spent: do not touch them.
+        where the array belongs in the tree passed to the very next
+        ``encode()``; the slot travels without another copy.  After that
+        ``encode()``, the view is spent: do not touch it.  A slot that the next
+        ``encode()`` does not carry holds a copy of its array from then on, and
+        a later ``encode()`` sends that copy.
 
         >>> reader = RingReader(); writer = RingWriter(reader.prefix)
         >>> slot, view = writer.reserve((2, 3), np.int32)
@@ -216,12 +221,19 @@ class RingWriter:
             self._slots.release([slot._location[0] for slot in reserved])
 
     def _spend_reserved(self, sent: set[int]) -> None:
-        """Reserved slots are spent by ``encode``; those no message names go back at once."""
-        unsent = [s._location[0] for s in self._reserved.values() if s._location[0] not in sent]
+        """Reserved slots are spent by ``encode``: the sent ones are the reader's now, and
+        the others go back at once, each ``RingSlot`` keeping a copy of its array, which a
+        later message carries as it carries any array (a worker may make several batches
+        before it sends the first)."""
+        unsent = [s for s in self._reserved.values() if s._location[0] not in sent]
+        for slot in unsent:
+            copied = slot._view.copy()
+            slot._buffer, slot._view = pickle.PickleBuffer(copied), copied
         if unsent and self._slots is not None:
-            self._slots.release(unsent)
+            self._slots.release([slot._location[0] for slot in unsent])
         for slot in self._reserved.values():
-            slot._buffer = slot._view = None  # type: ignore[assignment]
+            if slot._location[0] in sent:
+                slot._buffer = slot._view = None  # type: ignore[assignment]
         self._reserved.clear()
 
     def _keep(self, buffer: pickle.PickleBuffer) -> bool:

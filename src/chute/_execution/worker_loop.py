@@ -184,7 +184,16 @@ def _batches_in_ring(dataset: Any, writer: RingWriter, stack_batches: Any) -> An
     """
     if stack_batches is None:
         return dataset
-    return stack_batches(dataset, functools.partial(_stack_in_ring, writer))
+    return stack_batches(dataset, functools.partial(_stack_here, threading.get_ident(), writer))
+
+
+def _stack_here(thread: int, writer: RingWriter, leaves: list[Any]) -> Any:
+    """Stacks ``leaves`` into the ring on the thread that sends the elements (``thread``);
+    a batch made on a thread reading ahead is stacked as usual, since the ring is not
+    thread-safe and the batch is not the next one sent."""
+    if threading.get_ident() != thread:
+        return tree.stack(leaves)
+    return _stack_in_ring(writer, leaves)
 
 
 def _stack_in_ring(writer: RingWriter, leaves: list[Any]) -> Any:

@@ -39,9 +39,8 @@ from chute._execution.round_robin import RoundRobinIterator
 from chute._loader.grain_state import is_grain_loader_state, loader_from_grain
 from chute._loader.loader_state_check import check_loader_state
 from chute._loader.pack_and_batch import PackAndBatchOperation
-from chute._loader.pipeline import worker_dataset
+from chute._loader.pipeline import stacked_by, worker_dataset
 from chute._loader.samplers import IndexSampler
-from chute._stages.batch import leaves_stacked_by
 from chute._stages.source_dataset import SourceMapDataset
 from chute._stages.streams import Stream, positions_of, relayout
 from chute._stats import instrument
@@ -350,7 +349,7 @@ class DataLoaderIterator:
                     buffer_size=loader._buffer_size,
                     state=s,
                     seed=worker_seeds.worker_seed(self._base_seed, w),
-                    stack_batches=leaves_stacked_by,
+                    stack_batches=stacked_by,
                 )
                 for w, (ds, s) in enumerate(zip(datasets, states))
             ]

@@ -14,6 +14,9 @@ the rest run as IterDataset stages.
 
 from __future__ import annotations
 
+import copy
+import functools
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,7 +40,9 @@ from chute._core.tree import stack
 from chute._loader.legacy_operation import RecordOperation
 from chute._loader.record import Record, RecordMetadata
 from chute._stages._origin import function_name, locate
+from chute._stages.batch import BatchIterDataset, leaves_stacked_by
 from chute._stages.flat_map import FlatMapIterDataset
+from chute._stages.map import MapIterDataset
 from chute._stages.source_dataset import SourceMapDataset
 from chute._stages.streams import Stream, StreamMapDataset
 
@@ -96,12 +101,17 @@ class _ReadMapDataset(MapDataset[Any]):
 
 
 class _OnData:
-    """Applies a user function to a record's data (the function's name shows in errors)."""
+    """Applies a user function to a record's data (the function's name shows in errors).
+
+    A random map draws from one ``KeyedRng`` per thread: chunks of records are read
+    ahead on several threads, and a generator shared between them would hand one
+    record the numbers of another.
+    """
 
     def __init__(self, fn: Callable[..., Any], kind: str, seed: int | None) -> None:
         self._fn, self._kind, self._seed = fn, kind, seed
         self.__qualname__ = function_name(fn)
-        self._rng: KeyedRng | None = None
+        self._rngs = threading.local()
 
     def __call__(self, record: Record) -> Any:
         kind = self._kind
@@ -123,12 +133,17 @@ class _OnData:
                 "a RandomMap operation needs a seeded sampler: pass seed=... to the "
                 "sampler (e.g. IndexSampler(..., seed=0))."
             )
-        if self._rng is None:
-            self._rng = KeyedRng()
-        return self._rng.at(self._seed + metadata.index)
+        rng = getattr(self._rngs, "rng", None)
+        if rng is None:
+            rng = self._rngs.rng = KeyedRng()
+        return rng.at(self._seed + metadata.index)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_rng": None}
+        return {**self.__dict__, "_rngs": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._rngs = threading.local()
 
 
 def _element_wise(op: Any, seed: int | None) -> tuple[str, _OnData] | None:
@@ -205,6 +220,25 @@ def worker_dataset(
 
 def _data_of(record: Record) -> Any:
     return record.data
+
+
+def stacked_by(dataset: IterDataset[Any], leaves_fn: Callable[[list[Any]], Any]) -> Any:
+    """A worker's pipeline whose default batches combine their leaves with ``leaves_fn``.
+
+    What ``leaves_stacked_by`` does for a pipeline that ends in a batch, done also
+    for one whose records (the operations need their RNG or index) are batched
+    last and unwrapped after: the batch of data is still the element sent next, so
+    a worker can stack it straight into its shared memory.
+    """
+    if isinstance(dataset, MapIterDataset) and dataset._fn is _data_of:
+        batch = dataset._parent
+        if isinstance(batch, BatchIterDataset) and getattr(batch._batch_fn, "_fn", None) is stack:
+            batched = copy.copy(batch)
+            batched._batch_fn = _batch_records(functools.partial(stack, leaves_fn=leaves_fn))
+            copied = copy.copy(dataset)
+            copied._parents = (batched,)
+            return copied
+    return leaves_stacked_by(dataset, leaves_fn)
 
 
 def _on_records(op: Any, seed: int | None) -> Any:

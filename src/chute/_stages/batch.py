@@ -32,9 +32,14 @@ def _check_args(
 
 def _label(batch_fn: Callable[[Sequence[Any]], Any]) -> str:
     """``batch``, or ``batch(collate)`` with the user's ``batch_fn`` (for error notes)."""
-    if tree.stack in (batch_fn, getattr(batch_fn, "_fn", None)):
+    if _stacks_by_default(batch_fn) or _stacks_by_default(getattr(batch_fn, "_fn", None)):
         return "batch"
     return f"batch({function_name(batch_fn)})"
+
+
+def _stacks_by_default(batch_fn: Any) -> bool:
+    """Whether ``batch_fn`` is ``tree.stack``, or the stack a worker routes into its ring."""
+    return batch_fn is tree.stack or getattr(batch_fn, "func", None) is tree.stack
 
 
 def _filters_upstream(ds: MapDataset[Any]) -> str | None:
@@ -81,6 +86,10 @@ def _gaps_message(hole_maker: str) -> str:
 class BatchMapDataset(MapDataset[Any]):
     """Batches of consecutive elements; each epoch is batched on its own."""
 
+    # What makes the first batch of each read, when not ``_batch_fn``: set on a worker's
+    # copy, which stacks that batch into the worker's shared memory (``leaves_stacked_by``).
+    _first_batch_fn: Callable[[Sequence[Any]], Any] | None = None
+
     def __init__(
         self,
         parent: MapDataset[Any],
@@ -117,10 +126,11 @@ class BatchMapDataset(MapDataset[Any]):
         items = self._parent._getitems(flat)
         out = []
         for k, b in enumerate(indices):
+            batch_fn = (k == 0 and self._first_batch_fn) or self._batch_fn
             try:
-                out.append(self._batch_fn(items[bounds[k] : bounds[k + 1]]))
+                out.append(batch_fn(items[bounds[k] : bounds[k + 1]]))
             except Exception as exc:
-                errors.annotate(exc, _label(self._batch_fn), int(b))
+                errors.annotate(exc, _label(batch_fn), int(b))
                 raise
         return out
 
@@ -277,11 +287,43 @@ def leaves_stacked_by(dataset: Any, leaves_fn: Callable[[list[Any]], Any]) -> An
     """``dataset``, its batches' leaves combined by ``leaves_fn``, if it batches last by default.
 
     A worker process passes a ``leaves_fn`` that stacks large arrays into its
-    shared-memory ring (``WorkerIterator(stack_batches=leaves_stacked_by)``);
-    any other last stage, or a user's ``batch_fn``, is left as it is.
+    shared-memory ring (``WorkerIterator(stack_batches=leaves_stacked_by)``), so the
+    batch it sends next is written once, in place.  Two pipelines end in a default
+    batch: ``...batch(n)`` of an IterDataset, whose every batch is sent as soon as
+    it is made; and ``MapDataset...batch(n).to_iter_dataset()`` (through slices, such
+    as a worker's share), whose reads make one or more batches at a time, in index
+    order, and hand out the first of each read next: only that one is routed through
+    ``leaves_fn``.  Any other last stage, or a user's ``batch_fn``, is left as it is.
     """
-    if not (isinstance(dataset, BatchIterDataset) and dataset._batch_fn is tree.stack):
-        return dataset
-    copied = copy.copy(dataset)
-    copied._batch_fn = functools.partial(tree.stack, leaves_fn=leaves_fn)
-    return copied
+    if isinstance(dataset, BatchIterDataset) and dataset._batch_fn is tree.stack:
+        copied = copy.copy(dataset)
+        copied._batch_fn = functools.partial(tree.stack, leaves_fn=leaves_fn)
+        return copied
+    from chute._stages.prefetch import PrefetchIterDataset
+
+    if isinstance(dataset, PrefetchIterDataset):
+        batches = _map_batches_stacked_by(dataset._parent, leaves_fn)
+        if batches is not None:
+            reader = copy.copy(dataset)
+            reader._parents = (batches,)
+            return reader
+    return dataset
+
+
+def _map_batches_stacked_by(ds: MapDataset[Any], leaves_fn: Callable[[list[Any]], Any]) -> Any:
+    """``ds``, a default ``BatchMapDataset`` under slices, whose first batch of each read
+    has its leaves combined by ``leaves_fn``; ``None`` for any other ``ds``."""
+    from chute._stages.slice import SliceMapDataset
+
+    if isinstance(ds, SliceMapDataset):
+        below = _map_batches_stacked_by(ds._parent, leaves_fn)
+        if below is None:
+            return None
+        sliced = copy.copy(ds)
+        sliced._parents = (below,)
+        return sliced
+    if isinstance(ds, BatchMapDataset) and ds._batch_fn is tree.stack:
+        batched = copy.copy(ds)
+        batched._first_batch_fn = functools.partial(tree.stack, leaves_fn=leaves_fn)
+        return batched
+    return None
