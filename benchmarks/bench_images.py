@@ -22,7 +22,8 @@ with 2 worker processes:
 * ``MosaicML Streaming``: ``MDSWriter`` shards, a ``StreamingDataset`` (local) subclass
   whose ``__getitem__`` transforms, in a torch ``DataLoader``;
 * ``limit``: two bare forked processes that decode, augment, normalise and stack their
-  half of the JPEGs, held in memory, and hand nothing back.
+  half of the JPEGs, held in memory, and hand nothing back; they keep freed memory as
+  chute's workers do, and ``limit (malloc defaults)`` shows them with glibc's defaults.
 
 Each loader runs in a fresh interpreter of its own (``jpegs/child.py``) that runs an epoch
 when told.  A first epoch of each is the warm-up (the page cache) and the output check;
