@@ -74,13 +74,7 @@ def check_loader_state(loader: Any, saved: dict[str, Any]) -> None:
 
 def _stream(saved: Any, end: int) -> Stream:
     """The stream of positions a state's workers read."""
-    if not (
-        isinstance(saved, dict)
-        and set(saved) == {"pending", "tail"}
-        and isinstance(saved["pending"], list)
-        and all(is_int(p, end - 1) for p in saved["pending"])
-        and is_int(saved["tail"], end)
-    ):
+    if not Stream.saved_well(saved, end):
         expected = f"{{'pending': [positions below {end}], 'tail': a position up to {end}}}"
         raise _refuse("stream", expected, saved)
     return Stream(tuple(saved["pending"]), saved["tail"], end)

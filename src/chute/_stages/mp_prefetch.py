@@ -32,7 +32,6 @@ from chute._core.state_check import (
     by_stage,
     count,
     fields,
-    is_int,
     refuse,
     require,
 )
@@ -306,13 +305,7 @@ class _MultiprocessIterator(RoundRobinIterator):
         if saved is None:
             return
         end = min(self._ds._source_length(), MAX_POSITION)
-        if not (
-            isinstance(saved, dict)
-            and set(saved) == {"pending", "tail"}
-            and isinstance(saved["pending"], list)
-            and all(is_int(p, end - 1) for p in saved["pending"])
-            and is_int(saved["tail"], end)
-        ):
+        if not Stream.saved_well(saved, end):
             expected = f"None or {{'pending': [positions below {end}], 'tail': a position}}"
             raise refuse(self, "stream", where, expected, saved)
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from chute._core.dataset import Indices, MapDataset
 from chute._core.errors import CheckpointError
+from chute._core.state_check import is_int
 from chute._stages.prefetch import next_index_in_state
 
 
@@ -30,6 +31,18 @@ class Stream:
 
     def __len__(self) -> int:
         return len(self.pending) + max(0, self.end - self.tail)
+
+    @staticmethod
+    def saved_well(saved: Any, end: int) -> bool:
+        """Whether ``saved`` is a stream as a state holds it: ``{'pending': [positions
+        below end], 'tail': a position up to end}`` (checked before a restore uses it)."""
+        return (
+            isinstance(saved, dict)
+            and set(saved) == {"pending", "tail"}
+            and isinstance(saved["pending"], list)
+            and all(is_int(p, end - 1) for p in saved["pending"])
+            and is_int(saved["tail"], end)
+        )
 
     def position(self, index: int) -> int:
         """The position at stream index ``index`` (``positions`` for one index)."""
