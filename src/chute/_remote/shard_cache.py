@@ -178,13 +178,17 @@ class ShardCache:
         """Whether a whole copy is there now (it may be evicted before it is opened)."""
         return bool(version) and os.path.exists(self.path_of(url, version))
 
+    def _mark(self, url: str, version: str) -> str:
+        """The file whose modification time says when ``url`` at ``version`` was last seen."""
+        return os.path.join(self._marks, _name(url, version))
+
     def confirmed_lately(self, url: str, version: str | None) -> bool:
         """Whether some process of this host saw the bucket hold ``url`` at ``version``
         (a HEAD, or the download's own requests) less than ``CONFIRMED_FOR_S`` ago."""
         if not version:
             return False
         try:
-            seen = os.stat(os.path.join(self._marks, _name(url, version))).st_mtime
+            seen = os.stat(self._mark(url, version)).st_mtime
         except FileNotFoundError:
             return False
         return time.time() - seen < CONFIRMED_FOR_S
@@ -194,16 +198,12 @@ class ShardCache:
         now."""
         if not version:
             return
-        path = os.path.join(self._marks, _name(url, version))
+        path = self._mark(url, version)
         try:
             with open(path, "a"):
                 os.utime(path)
         except OSError:  # a mark is a shortcut only
             pass
-
-    def downloaded_here(self, url: str, version: str | None) -> bool:
-        """Whether this process downloaded the copy (its requests named the version)."""
-        return bool(version) and (self.directory, _name(url, str(version))) in _downloads().finished
 
     def open_copy(self, url: str, version: str | None) -> CachedCopy | None:
         """The whole copy of ``url`` at ``version``, held; None where there is none."""
@@ -450,7 +450,6 @@ class _Downloads:
         self._threads: list[threading.Thread] = []
         self._asked: dict[tuple[str, str], float] = {}  # when each was last asked for
         self._lock = threading.Lock()
-        self.finished: set[tuple[str, str]] = set()  # the copies this process made
         self.made = ForkCheck()
 
     def submit(self, cache: ShardCache, url: str, version: str, size: int,
@@ -480,7 +479,6 @@ class _Downloads:
                 logger.debug("chute: cached %s in %.2f s", url, time.perf_counter() - started)
                 with self._lock:
                     self._asked[key] = float("inf")  # there now: never asked for again
-                    self.finished.add(key)
         except Exception:  # a download is only ever a shortcut: reads go on from the bucket
             logger.debug("chute: download of %s failed", url, exc_info=True)
 

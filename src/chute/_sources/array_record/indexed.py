@@ -242,10 +242,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             ready = [
                 k for k in list(self._awaiting) if cache.has(shards[k].path, shards[k].version)
             ]
-            for k in ready:  # downloaded here, for this source: its requests named the version
-                if cache.downloaded_here(shards[k].path, shards[k].version):
-                    self._confirmed.add(k)
-            self._confirm(ready)
+            self._confirm(ready)  # a download just made marks its version as seen
             for k in ready:
                 reader = self._cached_reader(k)  # None where it was evicted meanwhile
                 if reader is not None:
