@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
-__all__ = ["forget_nesting", "inner_iterators", "is_nested"]
+__all__ = ["forget_nesting", "inner_iterator", "inner_iterators", "is_nested"]
 
 _NESTING = threading.local()  # how deep in nested ``__iter__`` calls this thread is
 
@@ -27,6 +28,18 @@ def inner_iterators() -> Iterator[None]:
         yield
     finally:
         _NESTING.depth = depth
+
+
+@contextlib.contextmanager
+def inner_iterator(dataset: Iterable[Any]) -> Iterator[Any]:
+    """An iterator of ``dataset`` built as a part of a larger whole (no fingerprint), to
+    read or check a state against, closed on leaving."""
+    with inner_iterators():
+        it: Any = iter(dataset)
+    try:
+        yield it
+    finally:
+        it.close()
 
 
 def is_nested() -> bool:

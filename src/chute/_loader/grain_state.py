@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from chute._core.errors import CheckpointError
-from chute._core.nesting import inner_iterators
+from chute._core.nesting import inner_iterator
 from chute._grain.state import from_grain
 from chute._loader.pipeline import worker_dataset
 from chute._stages.streams import Stream
@@ -83,12 +83,8 @@ def loader_from_grain(loader: Any, saved: dict[str, Any], check: bool = True) ->
             stream, w, workers, loader._sampler, loader._source, loader._operations,
             loader._read_options, loader._seed, loader._shard,
         )  # fmt: skip
-        with inner_iterators():
-            pipeline = iter(ds)
-        try:
+        with inner_iterator(ds) as pipeline:
             states.append(from_grain(pipeline, {"next_index": position}))
-        finally:
-            pipeline.close()
     return {
         "worker_count": workers,
         "turn": (int(saved.get("last_worker_index", -1)) + 1) % workers,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from chute._core.errors import CheckpointError
-from chute._core.nesting import inner_iterators
+from chute._core.nesting import inner_iterator
 from chute._core.state_check import is_int
 from chute._loader.pipeline import worker_dataset
 from chute._stages.streams import Stream, positions_of
@@ -63,12 +63,8 @@ def check_loader_state(loader: Any, saved: dict[str, Any]) -> None:
             stream, w, workers, loader._sampler, loader._source, loader._operations,
             loader._read_options, loader._seed, loader._shard,
         )  # fmt: skip
-        with inner_iterators():
-            pipeline = iter(ds)
-        try:
+        with inner_iterator(ds) as pipeline:
             pipeline._validate_state(state, f"state['workers'][{w}]")
-        finally:
-            pipeline.close()
     _check_positions(saved["positions"], states)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from chute._core import metrics
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError
-from chute._core.nesting import inner_iterators
+from chute._core.nesting import inner_iterator
 from chute._core.options import MultiprocessingOptions, RayExecutor
 from chute._core.registry import untimed_type
 from chute._core.seeding import derive_seed
@@ -264,7 +264,8 @@ class _MultiprocessIterator(RoundRobinIterator):
         if not isinstance(workers, list) or not workers:
             raise refuse(self, "workers", f"{where}['workers']", "a list of worker states", workers)
         saved_count = len(workers)
-        require(self, state["turn"] < saved_count, where, f"turn {state['turn']} of {saved_count}")
+        turn = f"turn {state['turn']} of the {saved_count} in state['workers']"
+        require(self, state["turn"] < saved_count, where, turn)
         if not (
             isinstance(exhausted, list)
             and len(exhausted) == saved_count
@@ -283,12 +284,8 @@ class _MultiprocessIterator(RoundRobinIterator):
                     f"{saved_count} workers of the state ({exc}); restore it with the pipeline "
                     "that saved it."
                 ) from None
-            with inner_iterators():
-                pipeline = iter(share)
-            try:
+            with inner_iterator(share) as pipeline:
                 pipeline._validate_state(part, f"{where}['workers'][{w}]")
-            finally:
-                pipeline.close()
         if saved_count != len(self._parents) and not self._ds._auto:
             problem = self._ds._elastic_problem()
             if problem is None and positions_of(workers) is None:
