@@ -53,13 +53,13 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import common
 import runners
+from bench_remote import Workload
 from bench_remote_clients import LATENCY, s3_servers
 
 try:
@@ -76,14 +76,6 @@ BUCKET = "bench"
 BATCH = 256
 WORKERS = 2
 TARGETS = {"read-ahead": 2.0, "epoch 2 / local": 0.9, "metrics": 0.98}
-
-
-@dataclass
-class Workload:
-    name: str
-    record_bytes: int
-    records: int
-    shards: int
 
 
 WORKLOADS = [Workload("1 KiB", 1024, 60_000, 32), Workload("64 KiB", 64 << 10, 6_000, 48)]
