@@ -325,6 +325,17 @@ def consumer_cost(chute: Any, executor: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _after_first_batch(impls: list[Impl], first: list[float | None], n: int) -> dict[str, float]:
+    """Each implementation's rate once its first batch is there: the elements after it over
+    the median epoch less the median first batch (the start, Ray's actor start above all,
+    left out; an estimate from two medians)."""
+    out = {}
+    for impl, start in zip(impls, first):
+        if impl.median and start and impl.median > start:
+            out[impl.name] = (n - BATCH) / (impl.median - start)
+    return out
+
+
 def _ratio(name: str, label: str, a: Impl, b: Impl) -> Ratio:
     return Ratio(f"{name} {label}", a, b, TARGETS.get(f"{name} {label}"))
 
@@ -392,6 +403,18 @@ def main() -> int:
             {1, 2, 3, 4},
         )
         first = [statistics.median(i.first_batch) if i.first_batch else None for i in impls]
+        after = _after_first_batch(impls[:3], first[:3], n)
+        if after:
+            print(
+                "  after the first batch (epoch minus first batch, medians; elements/s): "
+                + ", ".join(f"{name} {rate:,.0f}" for name, rate in after.items())
+                + (
+                    f"; chute on Ray / chute local {ray_rate / local_rate:.2f}"
+                    if (ray_rate := after.get("chute on ray"))
+                    and (local_rate := after.get("chute local"))
+                    else ""
+                )
+            )
         empty = actor_start(ray)
         importing = actor_start(ray, imports=True)
         if first[1] and first[2]:
@@ -406,6 +429,7 @@ def main() -> int:
             "name": name, "description": f"{name}, 2 workers, batch {BATCH}", "unit": "elements",
             "seconds": time.perf_counter() - started, "impls": impls, "ratios": ratios,
             "first_batch_ratio": first[1] / first[2] if first[1] and first[2] else None,
+            "after_first_batch_per_s": after,
             "empty_actor_start_s": empty, "importing_actor_start_s": importing,
         })  # fmt: skip
 

@@ -2,10 +2,13 @@
 
 Reading from a bucket pays a request per chunk, every epoch.  With a cache, a source's
 first read of an object starts a download of the whole object in the background (the
-read itself goes to the bucket, so nothing waits on the download), and once the copy is
-complete the source reads it as a local file: epoch 2 costs what reading local files
-costs.  A global shuffle's first batch touches nearly every shard, so the shards are
-fetched in the order the reads first need them.
+read itself goes to the bucket, so nothing waits on a download that has not begun), and
+once the copy is complete the source reads it as a local file: epoch 2 costs what
+reading local files costs.  A global shuffle's first batch touches nearly every shard,
+so the shards are fetched in the order the reads first need them.  Meanwhile the reads
+take what a download has already written, and wait for the part it is fetching, rather
+than fetch those bytes again (``landing``; the record of each download's progress is
+``landed/<name>``).
 
 **One copy per host.**  Every process and iterator that names the same directory
 shares its copies.  A download is claimed with a lock on its partial file, so a second
@@ -42,6 +45,7 @@ from typing import Any
 
 from chute._core import metrics
 from chute._core.fork import ForkCheck
+from chute._remote.landing import LandingSource, LandingView, Progress
 from chute._remote.ranged_source import _pread_all
 
 logger = logging.getLogger("chute")
@@ -137,10 +141,10 @@ class ShardCache:
         self._objects = os.path.join(self.directory, "objects")
         self._partial = os.path.join(self.directory, "partial")
         self._marks = os.path.join(self.directory, "confirmed")  # when each version was seen
+        self._landed = os.path.join(self.directory, "landed")  # how far each download got
         try:
-            os.makedirs(self._objects, exist_ok=True)
-            os.makedirs(self._partial, exist_ok=True)
-            os.makedirs(self._marks, exist_ok=True)
+            for path in (self._objects, self._partial, self._marks, self._landed):
+                os.makedirs(path, exist_ok=True)
         except OSError as exc:
             raise OSError(
                 exc.errno, f"cache_dir {self.directory!r} cannot be made: {exc.strerror}"
@@ -224,6 +228,15 @@ class ShardCache:
         metrics.count("cache_hits")
         return CachedCopy(path, fd)
 
+    def landing(self, url: str, version: str | None, source: Any) -> Any:
+        """``source`` (``url``'s bucket source, at ``version``), reading what a download of
+        it on this host has landed instead of the bucket (``landing.LandingSource``)."""
+        if not version:
+            return source
+        name = _name(url, version)
+        view = LandingView(os.path.join(self._partial, name), os.path.join(self._landed, name))
+        return LandingSource(source, view)
+
     # -- downloading -----------------------------------------------------------------
 
     def fetch_later(self, url: str, version: str | None, size: int,
@@ -241,9 +254,10 @@ class ShardCache:
         final = os.path.join(self._objects, name)
         if os.path.exists(final):
             return True
-        fd = self._reserve(name, size)
-        if fd is None:
+        reserved = self._reserve(name, size)
+        if reserved is None:
             return os.path.exists(final)
+        fd, progress = reserved
         partial = os.path.join(self._partial, name)
         done = False
         try:
@@ -251,11 +265,13 @@ class ShardCache:
             try:
                 step = PART_BYTES * PARTS_IN_FLIGHT
                 for start in range(0, size, step):
-                    ends = range(start, min(size, start + step), PART_BYTES)
-                    parts = [(o, min(PART_BYTES, size - o)) for o in ends]
+                    end = min(size, start + step)
+                    parts = [(o, min(PART_BYTES, size - o)) for o in range(start, end, PART_BYTES)]
+                    progress.say(start, end)  # readers may wait for these bytes
                     for (offset, _), data in zip(parts, source.read_ranges(parts)):
                         os.pwrite(fd, data, offset)
-                    metrics.count("cache_bytes_downloaded", sum(n for _, n in parts))
+                    progress.say(end, end)  # in the file now: readers take them from it
+                    metrics.count("cache_bytes_downloaded", end - start)
             finally:
                 source.close()
             if os.fstat(fd).st_size != size:
@@ -270,12 +286,14 @@ class ShardCache:
         finally:
             if not done:
                 _unlink(partial)
+            progress.close()
             os.close(fd)  # the claim goes with it
         return done
 
-    def _reserve(self, name: str, size: int) -> int | None:
-        """The claimed partial file of ``name``, ``size`` bytes allocated within the limit;
-        None where another process downloads it, or no room can be made."""
+    def _reserve(self, name: str, size: int) -> tuple[int, Progress] | None:
+        """The claimed partial file of ``name``, ``size`` bytes allocated within the limit,
+        and the record of its progress; None where another process downloads it, or no
+        room can be made."""
         with _Locked(os.path.join(self.directory, ".lock")):
             if os.path.exists(os.path.join(self._objects, name)):
                 return None
@@ -286,7 +304,11 @@ class ShardCache:
             except BlockingIOError:  # another process downloads it
                 os.close(fd)
                 return None
+            progress = None
             try:
+                # A new attempt first: readers of a dead download's bytes in this file
+                # stop trusting them before they are truncated (see landing).
+                progress = Progress(os.path.join(self._landed, name), fd)
                 os.ftruncate(fd, 0)  # a dead process's partial file of the same object
                 used = self._used(mine=path)
                 if used + size > self.limit:
@@ -312,14 +334,14 @@ class ShardCache:
                           self.directory, f"{size:,}", exc.strerror)  # fmt: skip
                     raise _NoRoom from None
                 metrics.set_gauge("cache_bytes_held", used + size)
-                return fd
-            except _NoRoom:
+                return fd, progress
+            except BaseException as exc:
                 _unlink(path)
+                if progress is not None:
+                    progress.close()
                 os.close(fd)
-                return None
-            except BaseException:
-                _unlink(path)
-                os.close(fd)
+                if isinstance(exc, _NoRoom):
+                    return None
                 raise
 
     def _used(self, mine: str = "") -> int:
@@ -333,6 +355,7 @@ class ShardCache:
                 continue
             if _claimable(entry.path):
                 _unlink(entry.path)
+                _unlink(os.path.join(self._landed, entry.name))
             else:
                 total += _size(entry)
         return total
@@ -517,7 +540,7 @@ def open_through(cache: ShardCache | None, url: str, *, filesystem: Any = None) 
         cache.fetch_later(
             url, version, size, lambda: open_source(url, filesystem=filesystem, known=known)
         )
-        return source
+        return cache.landing(url, version, source)  # what the download lands is read
     source.close()
     return CopySource(copy, url, version)
 

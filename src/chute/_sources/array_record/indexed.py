@@ -177,13 +177,14 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                 f"({shard.size} bytes then, {size} now); write the index again with "
                 f"chute index, or restore the shard."
             )
-        reader = RangedArrayRecordReader(
-            source, footer=self._footer(k), cache=self._chunks, cache_key=k
-        )
-        if known is not None and self._cache is not None:  # read from the bucket meanwhile
+        if known is not None and self._cache is not None:  # read from the bucket meanwhile,
             opener = functools.partial(open_ranged, shard.path, known, self._filesystem)
             self._cache.fetch_later(shard.path, shard.version, shard.size, opener)
             self._awaiting.add(k)
+            source = self._cache.landing(shard.path, shard.version, source)  # and the download
+        reader = RangedArrayRecordReader(
+            source, footer=self._footer(k), cache=self._chunks, cache_key=k
+        )
         return self._open.add(k, reader)  # another thread's, where it opened k meanwhile
 
     # -- the cache -------------------------------------------------------------------

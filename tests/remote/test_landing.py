@@ -1,0 +1,293 @@
+"""Reads that take what a download has landed (``chute._remote.landing``).
+
+The record and the partial file are driven by hand here (``Progress``, a thread that
+holds the download's lock), and end to end with moto's S3: a download in another
+process, held before its copy is made whole, serves a whole epoch with no request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from chute import ArrayRecordDataSource, MapDataset
+from chute._core import metrics
+from chute._remote import landing
+from chute._remote.landing import LandingSource, LandingView, Progress
+from chute._remote.shard_cache import ShardCache
+
+pytest.importorskip("array_record")
+
+DATA = bytes(np.random.default_rng(0).integers(0, 256, 100_000, dtype=np.uint8))
+
+
+class Bucket:
+    """A stand-in for an object's bucket source that counts the ranges asked of it."""
+
+    url, version, retries = "s3://b/o", "v1", 0
+
+    def __init__(self, data: bytes = DATA) -> None:
+        self.data, self.asked = data, list[tuple[int, int]]()
+
+    def size(self) -> int:
+        return len(self.data)
+
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        self.asked += ranges
+        return [self.data[o : o + n] for o, n in ranges]
+
+    async def read_ranges_async(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        await asyncio.sleep(0)
+        return self.read_ranges(ranges)
+
+    def close(self) -> None:
+        pass
+
+    def __str__(self) -> str:
+        return self.url
+
+
+class Download:
+    """A download driven by hand: the partial file, its lock and its record."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.partial, self.record = str(tmp_path / "partial"), str(tmp_path / "landed")
+        self.fd = os.open(self.partial, os.O_RDWR | os.O_CREAT)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)  # as the downloading process holds it
+        self.progress = Progress(self.record, self.fd)
+        os.ftruncate(self.fd, len(DATA))
+
+    def land(self, end: int, next_end: int | None = None) -> None:
+        os.pwrite(self.fd, DATA[:end], 0)
+        self.progress.say(end, end if next_end is None else next_end)
+
+    def die(self) -> None:
+        os.close(self.fd)  # the lock goes with it
+
+    def source(self, bucket: Bucket | None = None) -> LandingSource:
+        return LandingSource(bucket or Bucket(), LandingView(self.partial, self.record))
+
+
+RANGES = [(0, 1000), (30_000, 500), (70_000, 20_000), (99_000, 1000)]
+
+
+def expected(ranges: list[tuple[int, int]]) -> list[bytes]:
+    return [DATA[o : o + n] for o, n in ranges]
+
+
+def test_without_a_download_every_range_comes_from_the_bucket(tmp_path: Path) -> None:
+    bucket = Bucket()
+    source = LandingSource(bucket, LandingView(str(tmp_path / "p"), str(tmp_path / "r")))
+    assert source.read_ranges(RANGES) == expected(RANGES)
+    assert bucket.asked == RANGES
+    assert (source.url, source.version, source.size(), str(source)) == (
+        "s3://b/o", "v1", len(DATA), "s3://b/o"
+    )  # fmt: skip
+
+
+def test_landed_ranges_come_from_the_partial_file_and_the_rest_from_the_bucket(
+    tmp_path: Path,
+) -> None:
+    download, bucket = Download(tmp_path), Bucket()
+    download.land(50_000)
+    bytes_read = metrics.snapshot()["cache_bytes_read"]
+    source = download.source(bucket)
+    assert source.read_ranges(RANGES) == expected(RANGES)
+    assert bucket.asked == RANGES[2:]
+    assert metrics.snapshot()["cache_bytes_read"] - bytes_read == 1500
+    download.land(len(DATA))
+    bucket.asked.clear()
+    assert source.read_ranges(RANGES) == expected(RANGES)
+    assert source.read_all() == DATA
+    assert bucket.asked == []
+
+
+def test_a_range_in_the_group_in_flight_waits_for_it_instead_of_a_request(
+    tmp_path: Path,
+) -> None:
+    download, bucket = Download(tmp_path), Bucket()
+    download.land(10_000, next_end=90_000)  # [10,000, 90,000) on its way
+    source = download.source(bucket)
+    landed = threading.Timer(0.2, download.land, (90_000,))
+    landed.start()
+    assert source.read_ranges(RANGES) == expected(RANGES)
+    landed.join()
+    assert bucket.asked == [RANGES[3]]  # beyond the group: not worth waiting for
+
+
+def test_the_async_read_waits_on_the_loop_while_the_bucket_serves_the_rest(
+    tmp_path: Path,
+) -> None:
+    download, bucket = Download(tmp_path), Bucket()
+    download.land(10_000, next_end=len(DATA))
+    source = download.source(bucket)
+
+    async def read() -> list[bytes]:
+        async def land_later() -> None:
+            await asyncio.sleep(0.1)
+            download.land(len(DATA))
+
+        got, _ = await asyncio.gather(source.read_ranges_async(RANGES), land_later())
+        return got
+
+    assert asyncio.run(read()) == expected(RANGES)
+    assert bucket.asked == []
+
+
+def test_a_dead_download_is_not_waited_for_and_its_landed_bytes_stay_good(
+    tmp_path: Path,
+) -> None:
+    download, bucket = Download(tmp_path), Bucket()
+    download.land(50_000, next_end=len(DATA))
+    view = LandingView(download.partial, download.record)
+    view.take([(0, 1)])
+    assert view.coming(RANGES, [2, 3]) == [2, 3]  # alive: worth waiting for
+    download.die()
+    assert view.coming(RANGES, [2, 3]) == []
+    source = LandingSource(bucket, view)
+    assert source.read_ranges(RANGES) == expected(RANGES)
+    assert bucket.asked == RANGES[2:]
+
+
+def test_a_download_taken_over_meanwhile_is_not_trusted(tmp_path: Path) -> None:
+    download, bucket = Download(tmp_path), Bucket()
+    download.land(len(DATA))
+    source = download.source(bucket)
+    assert source.read_ranges(RANGES[:1]) == expected(RANGES[:1])
+    assert bucket.asked == []
+    download.die()
+    # Another process claims the dead download's file: a new attempt, then the truncation.
+    fd = os.open(download.partial, os.O_RDWR)
+    Progress(download.record, fd)
+    os.ftruncate(fd, 0)
+    os.ftruncate(fd, len(DATA))  # zeros, where the old bytes were
+    assert source.read_ranges(RANGES) == expected(RANGES)
+    assert bucket.asked == RANGES
+
+
+def test_a_record_changed_between_its_two_reads_discards_what_was_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    download = Download(tmp_path)
+    download.land(len(DATA))
+    view = LandingView(download.partial, download.record)
+    looks = iter([(1, len(DATA), len(DATA)), (2, 0, 0)])  # taken over during the read
+    view._open()
+    monkeypatch.setattr(view, "_record", lambda: next(looks))
+    assert view.take(RANGES) == [None] * len(RANGES)
+
+
+def test_a_torn_or_foreign_record_is_not_trusted(tmp_path: Path) -> None:
+    download, bucket = Download(tmp_path), Bucket()
+    download.land(len(DATA))
+    with open(download.record, "r+b") as f:  # one byte of "landed" changed
+        f.seek(16)
+        byte = f.read(1)
+        f.seek(16)
+        f.write(bytes([byte[0] ^ 1]))
+    assert download.source(bucket).read_ranges(RANGES) == expected(RANGES)
+    assert bucket.asked == RANGES
+    (tmp_path / "x").mkdir()
+    other = Download(tmp_path / "x")
+    other.land(len(DATA))
+    os.replace(other.record, download.record)  # names the other partial file's inode
+    bucket.asked.clear()
+    assert download.source(bucket).read_ranges(RANGES) == expected(RANGES)
+    assert bucket.asked == RANGES
+
+
+def test_waiting_gives_up_after_wait_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(landing, "WAIT_S", 0.05)
+    download, bucket = Download(tmp_path), Bucket()
+    download.land(0, next_end=len(DATA))  # alive, but the group never lands
+    assert download.source(bucket).read_ranges(RANGES) == expected(RANGES)
+    assert bucket.asked == RANGES
+
+
+# -- end to end: a download in another process ----------------------------------------------
+
+
+SHARDS = 4
+
+
+def _download_and_hold(env: dict[str, str], index: str, cache_dir: str) -> None:
+    """Downloads every shard and then stops before making the copies whole."""
+    os.environ.update(env)
+    os.rename = lambda *a, **k: time.sleep(600)  # type: ignore[assignment]
+    source = ArrayRecordDataSource(index, cache_dir=cache_dir)
+    for start in range(0, len(source), len(source) // SHARDS):
+        source[start]
+    time.sleep(600)  # killed meanwhile
+
+
+def _all_landed(cache_dir: Path) -> bool:
+    partial = list((cache_dir / "partial").glob("*"))
+    if len(partial) != SHARDS:
+        return False
+    for path in partial:
+        view = LandingView(str(path), str(cache_dir / "landed" / path.name))
+        if not view._open():
+            return False
+        record = view._record()
+        view.close()
+        if record is None or record[1] != path.stat().st_size:
+            return False
+    return True
+
+
+def test_an_epoch_reads_another_process_s_download_with_no_request(s3: Any, tmp_path: Path) -> None:
+    from test_shard_cache import upload, wait_for
+
+    index, files = upload(s3, tmp_path)
+    cache_dir = tmp_path / "cache"
+    env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    child = multiprocessing.get_context("spawn").Process(
+        target=_download_and_hold, args=(env, index, str(cache_dir))
+    )
+    child.start()
+    try:
+        wait_for(lambda: _all_landed(cache_dir))
+        source = ArrayRecordDataSource(index, cache_dir=cache_dir)
+        local = ArrayRecordDataSource(files)
+        starts = range(0, len(source), len(source) // SHARDS)
+        assert [source[i] for i in starts] == [local[i] for i in starts]  # the index is read
+        s3.proxy.configure()  # counts from 0
+        epoch = MapDataset.source(source).seed(1).shuffle().batch(64)
+        assert [r for b in epoch for r in b] == [
+            r for b in MapDataset.source(local).seed(1).shuffle().batch(64) for r in b
+        ]
+        assert s3.proxy.requests == 0  # every record came from the landed bytes
+        assert not list((cache_dir / "objects").iterdir())
+        os.kill(child.pid, signal.SIGKILL)  # its landed bytes stay good
+        child.join(10)
+        assert [source[i] for i in range(0, len(source), 37)] == [
+            local[i] for i in range(0, len(local), 37)
+        ]
+        assert s3.proxy.requests == 0
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join(10)
+
+
+def test_a_download_s_record_goes_with_it(s3: Any, tmp_path: Path) -> None:
+    from test_shard_cache import read_all, upload, wait_for
+
+    index, files = upload(s3, tmp_path)
+    cache_dir = tmp_path / "cache"
+    source = ArrayRecordDataSource(index, cache_dir=cache_dir)
+    assert read_all(source) == read_all(ArrayRecordDataSource(files))
+    wait_for(lambda: len(list((cache_dir / "objects").iterdir())) == SHARDS)
+    wait_for(lambda: not list((cache_dir / "landed").iterdir()))
+    plain = Bucket()
+    assert ShardCache(cache_dir).landing("s3://b/o", None, plain) is plain  # no version known
