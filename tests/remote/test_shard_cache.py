@@ -324,3 +324,22 @@ def test_shard_cache_by_itself(tmp_path: Path) -> None:
     assert parse_bytes("1.5 GiB", "x") == 3 << 29
     with pytest.raises(ValueError, match="more than 0"):
         parse_bytes(0, "cache_limit")
+
+
+def test_a_process_s_downloads_share_a_budget_of_bytes_in_flight() -> None:
+    from chute._remote import shard_cache
+
+    budget, entered = shard_cache._Bytes(100), threading.Event()
+
+    def second() -> None:
+        with budget.taking(60):
+            entered.set()
+
+    with budget.taking(60):
+        thread = threading.Thread(target=second)
+        thread.start()
+        assert not entered.wait(0.2)  # 120 bytes would exceed the budget: it waits
+    assert entered.wait(10)
+    thread.join()
+    with budget.taking(10_000):  # more than the whole budget: takes all of it
+        pass

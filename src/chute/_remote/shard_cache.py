@@ -31,6 +31,7 @@ disk (or a file size limit) stops caching, logs once, and reads go on from the b
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -40,7 +41,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from chute._core import metrics
@@ -53,8 +54,9 @@ logger = logging.getLogger("chute")
 __all__ = ["CachedCopy", "CopySource", "ShardCache", "open_through", "parse_bytes"]
 
 PART_BYTES = 4 << 20  # one ranged GET of a download
-PARTS_IN_FLIGHT = 4  # of one download; with DOWNLOADS at once, 64 MiB in flight a process
-DOWNLOADS = 4  # objects downloaded at once, per process
+PARTS_IN_FLIGHT = 4  # of one download: its groups of parts land one after the other
+DOWNLOADS = 16  # objects downloaded at once, per process (small ones: latency bounds them)
+BYTES_IN_FLIGHT = 64 << 20  # of all of a process's downloads together
 CONFIRMED_FOR_S = 60.0  # a version the bucket confirmed this recently needs no new request
 ASK_AGAIN_S = 60.0  # a download that did not happen (no room, another process's) is retried after
 _FULL_DISK = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
@@ -267,9 +269,10 @@ class ShardCache:
                 for start in range(0, size, step):
                     end = min(size, start + step)
                     parts = [(o, min(PART_BYTES, size - o)) for o in range(start, end, PART_BYTES)]
-                    progress.say(start, end)  # readers may wait for these bytes
-                    for (offset, _), data in zip(parts, source.read_ranges(parts)):
-                        os.pwrite(fd, data, offset)
+                    with _in_flight.taking(end - start):
+                        progress.say(start, end)  # readers may wait for these bytes
+                        for (offset, _), data in zip(parts, source.read_ranges(parts)):
+                            os.pwrite(fd, data, offset)
                     progress.say(end, end)  # in the file now: readers take them from it
                     metrics.count("cache_bytes_downloaded", end - start)
             finally:
@@ -464,9 +467,10 @@ def _once(key: str, message: str, *args: Any) -> None:
 
 
 class _Downloads:
-    """This process's downloads: ``DOWNLOADS`` at once on daemon threads, in the order
-    asked, each object once.  At exit they are abandoned where they are: a partial file
-    is never taken for a copy."""
+    """This process's downloads: ``DOWNLOADS`` at once on daemon threads, with at most
+    ``BYTES_IN_FLIGHT`` requested and not yet written, in the order asked, each object
+    once.  At exit they are abandoned where they are: a partial file is never taken for
+    a copy."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
@@ -505,6 +509,31 @@ class _Downloads:
         except Exception:  # a download is only ever a shortcut: reads go on from the bucket
             logger.debug("chute: download of %s failed", url, exc_info=True)
 
+
+class _Bytes:
+    """A budget of bytes in flight, shared by a process's downloads."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit, self._used = limit, 0
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def taking(self, n: int) -> Iterator[None]:
+        """Holds ``n`` bytes of the budget (all of it, for more than it has) meanwhile."""
+        n = min(n, self._limit)
+        with self._changed:
+            self._changed.wait_for(lambda: self._used + n <= self._limit)
+            self._used += n
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._used -= n
+                self._changed.notify_all()
+
+
+_in_flight = _Bytes(BYTES_IN_FLIGHT)
+os.register_at_fork(after_in_child=lambda: globals().update(_in_flight=_Bytes(BYTES_IN_FLIGHT)))
 
 _downloader: _Downloads | None = None
 _downloader_lock = threading.Lock()
