@@ -55,7 +55,7 @@ __all__ = ["CachedCopy", "CopySource", "ShardCache", "open_through", "parse_byte
 
 PART_BYTES = 4 << 20  # one ranged GET of a download
 PARTS_IN_FLIGHT = 4  # of one download: its groups of parts land one after the other
-DOWNLOADS = 16  # objects downloaded at once, per process (small ones: latency bounds them)
+DOWNLOADS = 32  # objects downloaded at once, per process (small ones: latency bounds them)
 BYTES_IN_FLIGHT = 64 << 20  # of all of a process's downloads together
 CONFIRMED_FOR_S = 60.0  # a version the bucket confirmed this recently needs no new request
 ASK_AGAIN_S = 60.0  # a download that did not happen (no room, another process's) is retried after
