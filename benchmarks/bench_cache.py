@@ -22,8 +22,9 @@ Each row is one epoch through a fresh iterator, in records a second:
   without read-ahead;
 * ``cache epoch 1``: an empty cache directory; each shard's first read starts its whole
   download in the background while the reads go on from the bucket;
-* ``cache epoch 2``: a new source over the filled cache (a later run);
-* ``local``: the same shards on local disk, array_record's reader (what epoch 2 must match);
+* ``cache epoch 2``: a new source over the filled cache (a later run), the median of 3;
+* ``local``: the same shards on local disk, array_record's reader (what epoch 2 must
+  match), the median of 3;
 * ``download limit``: an empty cache filled with every shard, nothing read;
 * ``epoch 1 limit``: the same filling while one epoch of the local files is read, both at
   once: the least epoch 1 can take on this machine, whose cores both jobs share;
@@ -204,14 +205,26 @@ def chute_rows_with(
     """The rows of chute with ``workers`` worker processes (0: inline)."""
     how = "inline" if workers == 0 else f"{workers} workers"
 
-    def run(label: str, make: Callable[[], Any], epochs: int = 1) -> float:
-        seconds, n, _ = epoch(lambda: itertools.chain.from_iterable(make() for _ in range(epochs)))
-        assert n == expected * epochs, f"{label}: {n} records, not {expected * epochs}"
+    def run(label: str, make: Callable[[], Any], epochs: int = 1, repeats: int = 1) -> float:
+        """The rate of ``epochs`` epochs of ``make()``; with ``repeats``, the median run's
+        (short epochs of a filled cache and of local files vary most from run to run)."""
+        samples = []
+        for _ in range(repeats):
+            seconds, n, _ = epoch(
+                lambda: itertools.chain.from_iterable(make() for _ in range(epochs))
+            )
+            assert n == expected * epochs, f"{label}: {n} records, not {expected * epochs}"
+            samples.append(seconds)
+        seconds = statistics.median(samples)
         rates[f"{label} ({how})"] = n / seconds
-        print(f"  {w.name:7} {how:10} {label:34} {n / seconds:>10,.0f} records/s ({seconds:.2f} s)")
+        of = f", median of {repeats}" if repeats > 1 else ""
+        print(
+            f"  {w.name:7} {how:10} {label:34} {n / seconds:>10,.0f} records/s "
+            f"({seconds:.2f} s{of})"
+        )
         return n / seconds
 
-    run("local", lambda: chute_loader(chute.ArrayRecordDataSource(files), workers))
+    run("local", lambda: chute_loader(chute.ArrayRecordDataSource(files), workers), repeats=3)
     if workers == 0:
         seconds = download_all(index, folder)
         rates["download limit"] = expected / seconds
@@ -236,7 +249,7 @@ def chute_rows_with(
     run("cache epoch 1", cached)
     held = wait_for_copies(cache_dir, w.shards)
     print(f"  {'':7} {'':10} (copies after epoch 1: {held} of {w.shards})")
-    run("cache epoch 2", cached)
+    run("cache epoch 2", cached, repeats=3)
     if workers == 0:
         plain, exported = [], []
         for _ in range(5):
