@@ -6,6 +6,7 @@ worker processes that share one cache directory.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import multiprocessing
 import os
@@ -229,6 +230,10 @@ def test_the_limit_is_never_exceeded_and_copies_not_in_use_are_evicted(
     def sample() -> None:
         while not stop.is_set():
             total = 0
+            # Under the directory's lock, as every reservation and eviction is: a sample
+            # then never counts an evicted copy beside the download that took its room.
+            lock = os.open(cache_dir / ".lock", os.O_RDWR | os.O_CREAT)
+            fcntl.flock(lock, fcntl.LOCK_EX)
             for folder in ("objects", "partial"):
                 for entry in (
                     os.scandir(cache_dir / folder) if (cache_dir / folder).exists() else ()
@@ -237,6 +242,7 @@ def test_the_limit_is_never_exceeded_and_copies_not_in_use_are_evicted(
                         total += entry.stat().st_size
                     except FileNotFoundError:
                         pass
+            os.close(lock)
             held.append(total)
             time.sleep(0.001)
 

@@ -280,7 +280,8 @@ class ShardCache:
             if os.fstat(fd).st_size != size:
                 raise OSError(f"{partial} holds {os.fstat(fd).st_size} bytes, not {size}")
             os.fdatasync(fd)  # the data is on disk before its name says it is whole
-            os.rename(partial, final)
+            with _Locked(os.path.join(self.directory, ".lock")):  # as _used() counts
+                os.rename(partial, final)  # (between the two folders, it would miss it)
             self.mark_confirmed(url, version)  # its requests named the version
             done = True
         except Exception as exc:

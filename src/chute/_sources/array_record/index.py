@@ -78,6 +78,12 @@ class _File:
         self._source: Any = None
         self._opened_in: ForkCheck | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path, "filesystem": self.filesystem}  # opened again where it goes
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"], state["filesystem"])  # type: ignore[misc]
+
     def int64(self, offset: int, count: int) -> np.ndarray:
         return np.frombuffer(self.read([(offset, 8 * count)])[0], "<i8")
 
@@ -297,23 +303,30 @@ def _resolved(shard: str, index: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(index)), shard)
 
 
+_FIRST_READ = 64 << 10  # what the first request for an index takes: its header, mostly
+
+
 def read_index(path: str, filesystem: Any = None) -> DatasetIndex:
     """The index at ``path`` (a local file or a URL): its header; errors name the file."""
     path = os.fspath(path)
     file = _File(path, filesystem)
     try:
         size = file.size()
-        head = file.read([(0, min(size, len(_MAGIC) + 8))])[0]
+        head = file.read([(0, min(size, _FIRST_READ))])[0]  # the header too, mostly
     except FileNotFoundError:
         raise FileNotFoundError(f"ArrayRecordDataSource: no such index file: {path!r}.") from None
-    magic, length = head[: len(_MAGIC)], int.from_bytes(head[len(_MAGIC) :], "little")
+    start = len(_MAGIC) + 8
+    magic, length = head[: len(_MAGIC)], int.from_bytes(head[len(_MAGIC) : start], "little")
     if magic != _MAGIC or len(_MAGIC) + 8 + length > size:
         raise ValueError(
             f"ArrayRecordDataSource: {path!r} is not a chute index (written by "
             "chute index or chute convert); make one with: chute index SHARDS --output "
             f"{path}"
         )
-    meta = json.loads(file.read([(len(_MAGIC) + 8, length)])[0])
+    raw = head[start : start + length]
+    if len(raw) < length:  # a header longer than the first read
+        raw = file.read([(start, length)])[0]
+    meta = json.loads(raw)
     if meta.get("version") != _VERSION:
         raise ValueError(
             f"ArrayRecordDataSource: {path!r} has index version {meta.get('version')}, this "

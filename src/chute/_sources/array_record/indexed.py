@@ -140,7 +140,10 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
 
     def __getstate__(self) -> dict[str, Any]:
         state = {"index": self._index_path, "filesystem": self._filesystem, "cache": self._cache}
-        if not self._index_path:  # else each process reads the index file's header itself
+        # An index in a bucket travels read (its header costs a worker three round trips,
+        # and the worker reads the same shards as this process); a local index file's
+        # header is read again where the source arrives.
+        if not self._index_path or is_remote_url(self._index_path):
             state["in_memory"] = self._index
         return state
 
