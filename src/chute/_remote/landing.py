@@ -31,6 +31,7 @@ import fcntl
 import os
 import secrets
 import struct
+import threading
 import time
 from typing import Any
 
@@ -97,15 +98,20 @@ class LandingView:
         self._fds: tuple[int, int] | None = None
         self._inode = 0
         self._looked = -RETRY_OPEN_S
+        self._opening = threading.Lock()  # the reads of one shard run on several threads
         self._made = ForkCheck()
         self.landing_to = 0  # the end of the group in flight, at the last look
 
     def _open(self) -> bool:
         """Whether a download's files are open (opened now if one has begun)."""
         if self._made.forked():  # a child looks again for itself
-            self._fds, self._made = None, ForkCheck()
+            self._fds, self._made, self._opening = None, ForkCheck(), threading.Lock()
         if self._fds is not None:
             return True
+        with self._opening:
+            return self._fds is not None or self._open_now()
+
+    def _open_now(self) -> bool:
         now = time.monotonic()
         if now - self._looked < RETRY_OPEN_S:
             return False
