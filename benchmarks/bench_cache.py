@@ -30,8 +30,9 @@ Each row is one epoch through a fresh iterator, in records a second:
   once: the least epoch 1 can take on this machine, whose cores both jobs share;
 * ``3 epochs, metrics exported``: three epochs from the cache with ``chute.monitoring``'s
   endpoint up and scraped 4 times a second, against the same three without it
-  (alternated, 7 times each, medians).  The target applies to the CPU seconds of this
-  process (the scraping client's included), which other processes on the machine move
+  (alternated, 7 times each, medians); the client that scrapes runs in a process of its
+  own, as a Prometheus server would.  The target applies to the CPU seconds of this
+  process (the endpoint's thread included), which other processes on the machine move
   less than the wall time; the wall-time ratio is printed beside it.
 
 Peers over S3, 2 workers each, epoch 1 from an empty cache and epoch 2 from the filled
@@ -57,7 +58,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -124,29 +124,32 @@ def wait_for_copies(cache_dir: str, count: int, timeout: float = 60.0) -> int:
 
 
 class Scraper:
-    """``chute.monitoring``'s endpoint, up and scraped every 0.25 s while in use."""
+    """``chute.monitoring``'s endpoint, up and scraped every 0.25 s while in use, by a
+    client in a process of its own, as a Prometheus server would be."""
+
+    CLIENT = (
+        "import sys, time, urllib.request\n"
+        "while True:\n"
+        "    urllib.request.urlopen(sys.argv[1]).read()\n"
+        "    print('scraped', flush=True)\n"
+        "    time.sleep(0.25)\n"
+    )
 
     def __enter__(self) -> Scraper:
         from chute import monitoring
 
         self._server = monitoring.start_http_server(0)
-        self._url = f"http://127.0.0.1:{self._server.port}/metrics"
-        self._stop, self.scrapes = threading.Event(), 0
-        self._thread = threading.Thread(target=self._scrape, daemon=True)
-        self._thread.start()
+        url = f"http://127.0.0.1:{self._server.port}/metrics"
+        self._client = subprocess.Popen(
+            [sys.executable, "-c", self.CLIENT, url], stdout=subprocess.PIPE, text=True
+        )
+        self.scrapes = 0
         return self
 
-    def _scrape(self) -> None:
-        while True:
-            with urllib.request.urlopen(self._url) as reply:
-                reply.read()
-            self.scrapes += 1
-            if self._stop.wait(0.25):
-                return
-
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        self._client.kill()
+        out, _ = self._client.communicate()
+        self.scrapes = out.count("scraped")
         self._server.stop()
 
 
