@@ -78,16 +78,15 @@ class Progress:
         fields = (self._attempt, self._inode, landed, landing_to)
         os.pwrite(self._fd, _RECORD.pack(*fields, _check(*fields)), 0)
 
-    def close(self, unlink: bool = True) -> None:
-        """Closes the record (and deletes it: the download is over, whole or abandoned)."""
+    def close(self) -> None:
+        """Closes the record and deletes it: the download is over, whole or abandoned."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        if unlink:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
 
 
 class LandingView:
@@ -215,25 +214,28 @@ class LandingSource:
     def read_all(self) -> bytes:
         return self.read_ranges([(0, self.size())])[0]
 
-    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+    def _plan(self, ranges: list[tuple[int, int]]) -> tuple[list[Any], list[int], set[int]]:
+        """What has landed (taken now), the ranges to fetch from the bucket, and those
+        worth waiting for."""
         out = self._view.take(ranges)
         missing = [i for i, b in enumerate(out) if b is None]
         coming = set(self._view.coming(ranges, missing))
-        self._fill(out, [i for i in missing if i not in coming], self._inner.read_ranges, ranges)
+        return out, [i for i in missing if i not in coming], coming
+
+    def read_ranges(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        out, fetch, coming = self._plan(ranges)
+        self._fill(out, fetch, self._inner.read_ranges, ranges)
         deadline = time.monotonic() + WAIT_S
         while coming and time.monotonic() < deadline:
             time.sleep(POLL_S)
             coming = self._landed(out, ranges, coming)
         self._fill(out, sorted(coming), self._inner.read_ranges, ranges)
-        return out  # type: ignore[return-value]
+        return out  # every range read: none left None
 
     async def read_ranges_async(self, ranges: list[tuple[int, int]]) -> list[bytes]:
         """``read_ranges`` on the I/O loop (``read_many``): the bucket's reads and the
         waits for landing bytes go on together."""
-        out = self._view.take(ranges)
-        missing = [i for i, b in enumerate(out) if b is None]
-        coming = set(self._view.coming(ranges, missing))
-        fetch = [i for i in missing if i not in coming]
+        out, fetch, coming = self._plan(ranges)
 
         async def from_bucket(which: list[int]) -> None:
             if which:
@@ -255,7 +257,7 @@ class LandingSource:
         else:
             await from_bucket(fetch)
         await from_bucket(sorted(coming))
-        return out  # type: ignore[return-value]
+        return out  # every range read: none left None
 
     def _landed(self, out: list[Any], ranges: list[tuple[int, int]], coming: set[int]) -> set[int]:
         """Takes those of ``coming`` that landed; the ones still worth waiting for."""

@@ -250,8 +250,10 @@ class ShardCache:
             return
         _downloads().submit(self, url, version, size, open_source)
 
-    def _download(self, url: str, version: str, size: int, open_source: Callable[[], Any]) -> bool:
-        """Fetches one object into the cache; whether the copy is there at the end."""
+    def _download(self, url: str, version: str, size: int, open_source: Callable[[], Any],
+                  in_flight: _Bytes) -> bool:  # fmt: skip
+        """Fetches one object into the cache, within the budget ``in_flight`` of bytes
+        requested and not yet written; whether the copy is there at the end."""
         name = _name(url, version)
         final = os.path.join(self._objects, name)
         if os.path.exists(final):
@@ -269,7 +271,7 @@ class ShardCache:
                 for start in range(0, size, step):
                     end = min(size, start + step)
                     parts = [(o, min(PART_BYTES, size - o)) for o in range(start, end, PART_BYTES)]
-                    with _in_flight.taking(end - start):
+                    with in_flight.taking(end - start):
                         progress.say(start, end)  # readers may wait for these bytes
                         for (offset, _), data in zip(parts, source.read_ranges(parts)):
                             os.pwrite(fd, data, offset)
@@ -478,6 +480,7 @@ class _Downloads:
         self._threads: list[threading.Thread] = []
         self._asked: dict[tuple[str, str], float] = {}  # when each was last asked for
         self._lock = threading.Lock()
+        self._in_flight = _Bytes(BYTES_IN_FLIGHT)  # this process's, as the threads are
         self.made = ForkCheck()
 
     def submit(self, cache: ShardCache, url: str, version: str, size: int,
@@ -503,7 +506,7 @@ class _Downloads:
              open_source: Callable[[], Any]) -> None:  # fmt: skip
         started = time.perf_counter()
         try:
-            if cache._download(url, version, size, open_source):
+            if cache._download(url, version, size, open_source, self._in_flight):
                 logger.debug("chute: cached %s in %.2f s", url, time.perf_counter() - started)
                 with self._lock:
                     self._asked[key] = float("inf")  # there now: never asked for again
@@ -532,9 +535,6 @@ class _Bytes:
                 self._used -= n
                 self._changed.notify_all()
 
-
-_in_flight = _Bytes(BYTES_IN_FLIGHT)
-os.register_at_fork(after_in_child=lambda: globals().update(_in_flight=_Bytes(BYTES_IN_FLIGHT)))
 
 _downloader: _Downloads | None = None
 _downloader_lock = threading.Lock()

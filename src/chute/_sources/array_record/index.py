@@ -317,7 +317,7 @@ def read_index(path: str, filesystem: Any = None) -> DatasetIndex:
         raise FileNotFoundError(f"ArrayRecordDataSource: no such index file: {path!r}.") from None
     start = len(_MAGIC) + 8
     magic, length = head[: len(_MAGIC)], int.from_bytes(head[len(_MAGIC) : start], "little")
-    if magic != _MAGIC or len(_MAGIC) + 8 + length > size:
+    if magic != _MAGIC or start + length > size:
         raise ValueError(
             f"ArrayRecordDataSource: {path!r} is not a chute index (written by "
             "chute index or chute convert); make one with: chute index SHARDS --output "
@@ -332,7 +332,7 @@ def read_index(path: str, filesystem: Any = None) -> DatasetIndex:
             f"ArrayRecordDataSource: {path!r} has index version {meta.get('version')}, this "
             f"chute reads version {_VERSION}; write it again with chute index."
         )
-    head_size = len(_MAGIC) + 8 + length
+    head_size = start + length
     offset = head_size + (-head_size % _ALIGN)
     entries = int(meta["entries"])
     if size != offset + 16 * entries:
