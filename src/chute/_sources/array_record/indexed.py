@@ -48,6 +48,7 @@ from chute._sources.array_record.paths import bucket_files, url_for
 from chute._sources.array_record.ranged import RangedArrayRecordReader
 from chute._sources.array_record.read_together import read_together
 from chute._sources.array_record.source import ArrayRecordDataSource
+from chute._sources.cached_files import cache_option
 from chute._sources.protocol import as_index, check_indices, out_of_range
 
 __all__ = ["IndexedArrayRecordDataSource"]
@@ -411,15 +412,11 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
 def _make_cache(
     shards: Sequence[IndexedShard], cache_dir: Any, cache_limit: Any
 ) -> ShardCache | None:
-    """The cache the options ask for, if any shard is in a bucket; refuses a limit that no
-    shard would fit in."""
-    if cache_dir is None:
-        if cache_limit is not None:
-            raise ValueError(f"{_WHAT}: cache_limit needs cache_dir, the directory of the copies.")
-        return None
-    if not any(is_remote_url(s.path) for s in shards):
-        return None  # local files are read where they are
-    cache = ShardCache(cache_dir, cache_limit)
-    largest = max((s for s in shards if is_remote_url(s.path)), key=lambda s: s.size)
-    cache.check_fits(largest.path, largest.size)
+    """The cache the options ask for, if any shard is in a bucket (``cache_option``);
+    refuses a limit that no shard would fit in."""
+    remote = [s for s in shards if is_remote_url(s.path)]
+    cache = cache_option(_WHAT, cache_dir, cache_limit, remote=bool(remote))
+    if cache is not None:
+        largest = max(remote, key=lambda s: s.size)
+        cache.check_fits(largest.path, largest.size)
     return cache
