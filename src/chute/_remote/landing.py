@@ -3,14 +3,16 @@
 While the shard cache (``shard_cache``) downloads an object into ``partial/<name>``, the
 records a training loop asks for would otherwise come from the bucket too, by ranged
 GETs that compete with the download for the network, the store and the cores.  The
-download writes its parts in order, one group of ``PART_BYTES * PARTS_IN_FLIGHT`` at a
-time, and after each group it says how far it got in a small record, ``landed/<name>``,
-that every process of the host can read.  A ``LandingSource`` wraps an object's bucket
-source and, for each range asked:
+download writes the object in order and says how far it got in a small record,
+``landed/<name>``, that every process of the host can read: after each chunk of its one
+streamed GET (obstore's transport), or after each group of ``PART_BYTES *
+PARTS_IN_FLIGHT`` bytes (fsspec's).  A ``LandingSource`` wraps an object's bucket source
+and, for each range asked:
 
 * reads it from the partial file when it has landed;
-* waits for it (at most ``WAIT_S``, polling the record) when it is in the group being
-  downloaded now and the download's process is alive (it holds the partial file's lock);
+* waits for it (at most ``WAIT_S``, polling the record) when the download's process is
+  alive (it holds the partial file's lock) and the range is in what it fetches now, or
+  when this process downloads the object now or next and has not begun writing it;
 * reads it from the bucket otherwise, while it waits for the others.
 
 **Never a wrong byte.**  A record holds the download's attempt (a random number), the
@@ -33,6 +35,7 @@ import secrets
 import struct
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from chute._core import metrics
@@ -92,8 +95,10 @@ class Progress:
 class LandingView:
     """A reader's side: what the download of one object on this host has landed so far."""
 
-    def __init__(self, partial_path: str, record_path: str) -> None:
+    def __init__(self, partial_path: str, record_path: str,
+                 queued: Callable[[], bool] | None = None) -> None:  # fmt: skip
         self._partial_path, self._record_path = partial_path, record_path
+        self._queued = queued  # whether this process downloads it now or next
         self._fds: tuple[int, int] | None = None
         self._inode = 0
         self._looked = -RETRY_OPEN_S
@@ -160,10 +165,13 @@ class LandingView:
         return out
 
     def coming(self, ranges: list[tuple[int, int]], which: list[int]) -> list[int]:
-        """Those of ``which`` whose bytes are in the group being downloaded now, by a
-        process that is alive: worth waiting for."""
-        if self._fds is None or not which:
+        """Those of ``which`` whose bytes are being downloaded now, by a process that is
+        alive, or all of them where this process's download of the object has not written
+        its record yet but runs now or next (``queued``): worth waiting for."""
+        if not which:
             return []
+        if self._fds is None:
+            return list(which) if self._queued is not None and self._queued() else []
         soon = [i for i in which if sum(ranges[i]) <= self.landing_to]
         return soon if soon and self._downloading() else []
 

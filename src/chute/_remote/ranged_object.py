@@ -37,7 +37,7 @@ import asyncio
 import math
 import threading
 import time
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from chute._core import metrics
@@ -125,6 +125,42 @@ class RangedSource:
                 out[i] = blob if whole else blob[start - base : end - base]
         return out
 
+    @property
+    def streams(self) -> bool:
+        """Whether ``stream_into`` hands a range over as it arrives (obstore's transport);
+        fsspec's hands it over whole."""
+        return hasattr(self._backend, "stream")
+
+    def stream_into(self, start: int, end: int, write: Callable[[int, Any], None]) -> None:
+        """Bytes ``start``-``end`` in one GET, each chunk handed to ``write(offset, chunk)``
+        as it arrives (on the I/O loop: ``write`` must be quick); a failure is retried
+        from where the bytes stopped, as ``read_ranges``'s requests are."""
+        backend = self._backend
+        if backend is None:
+            raise ValueError(f"the source for {self.url} was closed.")
+        if not 0 <= start <= end <= self._size:
+            raise ValueError(f"bytes {start}-{end} are outside {self.url} ({self._size} bytes).")
+        at = start
+
+        async def rest() -> None:
+            nonlocal at
+            if not self.streams:
+                write(at, await self._get(backend, at, end))
+                at = end
+                return
+            metrics.count("remote_requests")
+            began = time.perf_counter()
+            async for chunk in backend.stream(at, end, self.version):
+                write(at, chunk)
+                at += len(chunk)
+                metrics.count("remote_bytes", len(chunk))
+            metrics.observe("remote_read_seconds", time.perf_counter() - began)
+            if at != end:
+                raise IncompleteAnswer(f"{self.url}: the answer for bytes {start}-{end} "
+                                       f"stopped at {at}.")  # fmt: skip
+
+        backend.run(lambda: self._guard(rest(), "GET", start, end, anew=rest))
+
     def close(self) -> None:
         self._backend = None
 
@@ -157,13 +193,17 @@ class RangedSource:
                 raise self._changed(now)
         return list(blobs)
 
-    async def _guard(self, first: Any, verb: str, start: int = 0, end: int = 0) -> Any:
-        """Awaits ``first`` (a coroutine), retrying it, and names the URL in errors."""
+    async def _guard(self, first: Any, verb: str, start: int = 0, end: int = 0,
+                     anew: Callable[[], Any] | None = None) -> Any:  # fmt: skip
+        """Awaits ``first`` (a coroutine), retrying it (``anew()``: the call made again,
+        by default the same request), and names the URL in errors."""
         backend, calls = self._backend, [first]
 
         def again() -> Any:
             if calls:
                 return calls.pop()
+            if anew is not None:
+                return anew()
             if verb == "HEAD":
                 return _head(backend)
             return self._get(backend, start, end)

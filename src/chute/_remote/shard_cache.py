@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -236,7 +237,11 @@ class ShardCache:
         if not version:
             return source
         name = _name(url, version)
-        view = LandingView(os.path.join(self._partial, name), os.path.join(self._landed, name))
+        view = LandingView(
+            os.path.join(self._partial, name),
+            os.path.join(self._landed, name),
+            queued=functools.partial(_downloading_soon, (self.directory, name)),
+        )
         return LandingSource(source, view)
 
     # -- downloading -----------------------------------------------------------------
@@ -267,16 +272,10 @@ class ShardCache:
         try:
             source = open_source()
             try:
-                step = PART_BYTES * PARTS_IN_FLIGHT
-                for start in range(0, size, step):
-                    end = min(size, start + step)
-                    parts = [(o, min(PART_BYTES, size - o)) for o in range(start, end, PART_BYTES)]
-                    with in_flight.taking(end - start):
-                        progress.say(start, end)  # readers may wait for these bytes
-                        for (offset, _), data in zip(parts, source.read_ranges(parts)):
-                            os.pwrite(fd, data, offset)
-                    progress.say(end, end)  # in the file now: readers take them from it
-                    metrics.count("cache_bytes_downloaded", end - start)
+                if getattr(source, "streams", False):
+                    _stream(source, fd, size, progress)
+                else:
+                    _in_groups(source, fd, size, progress, in_flight)
             finally:
                 source.close()
             if os.fstat(fd).st_size != size:
@@ -429,6 +428,44 @@ def _claimable(path: str, unlink: bool = False) -> bool:
         os.close(fd)
 
 
+def _stream(source: Any, fd: int, size: int, progress: Progress) -> None:
+    """Downloads the object in one streamed GET, each chunk written and said landed as it
+    arrives, so that readers wait only for the bytes they need; a process's streams hold
+    a chunk each (``backends.STREAM_CHUNK``)."""
+    progress.say(0, size)  # readers may wait for any of it
+
+    def write(offset: int, chunk: Any) -> None:
+        _pwrite_all(fd, chunk, offset)
+        progress.say(offset + len(chunk), size)
+        metrics.count("cache_bytes_downloaded", len(chunk))
+
+    source.stream_into(0, size, write)
+
+
+def _in_groups(source: Any, fd: int, size: int, progress: Progress, in_flight: _Bytes) -> None:
+    """Downloads the object in groups of ``PARTS_IN_FLIGHT`` ranged GETs, one group after
+    the other, within the process's budget ``in_flight`` (sources that cannot stream)."""
+    step = PART_BYTES * PARTS_IN_FLIGHT
+    for start in range(0, size, step):
+        end = min(size, start + step)
+        parts = [(o, min(PART_BYTES, size - o)) for o in range(start, end, PART_BYTES)]
+        with in_flight.taking(end - start):
+            progress.say(start, end)  # readers may wait for these bytes
+            for (offset, _), data in zip(parts, source.read_ranges(parts)):
+                _pwrite_all(fd, data, offset)
+        progress.say(end, end)  # in the file now: readers take them from it
+        metrics.count("cache_bytes_downloaded", end - start)
+
+
+def _pwrite_all(fd: int, data: Any, offset: int) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        written = os.pwrite(fd, view, offset)
+        if written <= 0:
+            raise OSError(errno.EIO, f"could not write at offset {offset} of the cache's copy")
+        view, offset = view[written:], offset + written
+
+
 class _Locked:
     """The directory's lock, held by one process (and thread) at a time."""
 
@@ -479,6 +516,11 @@ class _Downloads:
         self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._asked: dict[tuple[str, str], float] = {}  # when each was last asked for
+        # Each queued or running download's place in the queue, and how many began: the
+        # queue is first in, first out, so a place less than DOWNLOADS past the ones that
+        # began is a download that runs now or as soon as one of those ends.
+        self._places: dict[tuple[str, str], int] = {}
+        self._queued = self._began = 0
         self._lock = threading.Lock()
         self._in_flight = _Bytes(BYTES_IN_FLIGHT)  # this process's, as the threads are
         self.made = ForkCheck()
@@ -491,6 +533,8 @@ class _Downloads:
             if now - self._asked.get(key, -ASK_AGAIN_S) < ASK_AGAIN_S:
                 return
             self._asked[key] = now
+            self._places[key] = self._queued
+            self._queued += 1
             self._queue.put((key, cache, url, version, size, open_source))
             if len(self._threads) < DOWNLOADS:
                 name = f"chute-cache_{len(self._threads)}"
@@ -498,9 +542,23 @@ class _Downloads:
                 self._threads.append(thread)
                 thread.start()
 
+    def soon(self, key: tuple[str, str]) -> bool:
+        """Whether this process downloads ``key`` (``(directory, name)``) now or as soon
+        as one of the downloads running now ends: worth waiting for."""
+        with self._lock:
+            place = self._places.get(key)
+            return place is not None and place - self._began < DOWNLOADS
+
     def _work(self) -> None:
         while True:
-            self._run(*self._queue.get())
+            job = self._queue.get()
+            with self._lock:
+                self._began += 1
+            try:
+                self._run(*job)
+            finally:
+                with self._lock:
+                    self._places.pop(job[0], None)
 
     def _run(self, key: tuple[str, str], cache: ShardCache, url: str, version: str, size: int,
              open_source: Callable[[], Any]) -> None:  # fmt: skip
@@ -534,6 +592,11 @@ class _Bytes:
             with self._changed:
                 self._used -= n
                 self._changed.notify_all()
+
+
+def _downloading_soon(key: tuple[str, str]) -> bool:
+    """Whether this process downloads ``key`` now or next (``_Downloads.soon``)."""
+    return _downloads().soon(key)
 
 
 _downloader: _Downloads | None = None
