@@ -214,6 +214,108 @@ def test_waiting_gives_up_after_wait_s(tmp_path: Path, monkeypatch: pytest.Monke
     assert bucket.asked == RANGES
 
 
+@pytest.mark.parametrize("way", ["sync", "async"])
+def test_a_download_that_dies_while_waited_for_leaves_its_ranges_to_the_bucket(
+    tmp_path: Path, way: str
+) -> None:
+    download, bucket = Download(tmp_path), Bucket()
+    download.land(1000, next_end=len(DATA))  # alive, fetching the rest
+    source = download.source(bucket)
+    threading.Timer(0.1, download.die).start()  # and dead before the rest lands
+    if way == "sync":
+        got = source.read_ranges(RANGES)
+    else:
+        got = asyncio.run(source.read_ranges_async(RANGES))
+    assert got == expected(RANGES)
+    assert bucket.asked == RANGES[1:]  # the first range had landed
+
+
+def test_a_download_this_process_runs_next_is_waited_for_before_its_record_exists(
+    tmp_path: Path,
+) -> None:
+    partial, record = str(tmp_path / "partial"), str(tmp_path / "landed")
+    bucket = Bucket()
+    source = LandingSource(bucket, LandingView(partial, record, queued=lambda: True))
+
+    def download_later() -> None:
+        time.sleep(0.1)  # the read plans before the download has begun
+        Download(tmp_path).land(len(DATA))
+
+    thread = threading.Thread(target=download_later)
+    thread.start()
+    try:
+        assert source.read_ranges(RANGES) == expected(RANGES)
+    finally:
+        thread.join()
+    assert bucket.asked == []  # every range waited for the download
+
+
+def test_a_download_not_coming_soon_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    partial, record = str(tmp_path / "partial"), str(tmp_path / "landed")
+    bucket = Bucket()
+    later = LandingSource(bucket, LandingView(partial, record, queued=lambda: False))
+    assert later.read_ranges(RANGES) == expected(RANGES)
+    assert bucket.asked == RANGES
+    monkeypatch.setattr(landing, "WAIT_S", 0.05)
+    never, waited = Bucket(), LandingView(partial, record, queued=lambda: True)
+    assert LandingSource(never, waited).read_ranges(RANGES) == expected(RANGES)  # gave up
+    assert never.asked == RANGES
+
+
+def test_a_process_s_downloads_know_which_run_now_or_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chute._remote import shard_cache
+
+    monkeypatch.setattr(shard_cache, "DOWNLOADS", 1)
+    release, began = threading.Event(), threading.Semaphore(0)
+
+    class Cache:
+        directory = "/nowhere"
+
+        def _download(self, *args: Any) -> bool:
+            began.release()
+            release.wait(30)
+            return True
+
+    downloads = shard_cache._Downloads()
+    keys = [("/nowhere", shard_cache._name(f"s3://b/{n}", "v")) for n in "abc"]
+    for n in "abc":
+        downloads.submit(Cache(), f"s3://b/{n}", "v", 1, lambda: None)  # type: ignore[arg-type]
+    assert began.acquire(timeout=10)  # a runs; b is next; c waits for b
+    assert [downloads.soon(k) for k in keys] == [True, True, False]
+    release.set()
+    for _ in range(2):
+        assert began.acquire(timeout=10)
+    deadline = time.monotonic() + 10
+    while any(downloads.soon(k) for k in keys) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(downloads.soon(k) for k in keys)  # all done: none is waited for
+
+
+def test_a_streamed_download_cut_off_goes_on_from_where_it_stopped(s3: Any) -> None:
+    from chute._remote.open import open_source
+
+    data = bytes(np.random.default_rng(1).integers(0, 256, 4 << 20, dtype=np.uint8))
+    url = s3.put("big", data)
+    source = open_source(url)
+    assert source.streams
+    got = bytearray(len(data))
+    writes: list[tuple[int, int]] = []
+
+    def write(offset: int, chunk: Any) -> None:
+        writes.append((offset, len(chunk)))
+        got[offset : offset + len(chunk)] = chunk
+
+    s3.proxy.configure(fault_rate=1.0, faults=("cut",), max_in_a_row=1)  # each range: cut once
+    source.stream_into(0, len(data), write)
+    assert bytes(got) == data
+    assert s3.proxy.injected >= 1 and source.retries >= 1
+    offsets = [o for o, _ in writes]
+    assert offsets == sorted(set(offsets))  # no byte written twice: it went on, not over
+    assert all(o + n == nxt for (o, n), nxt in zip(writes, offsets[1:]))
+
+
 # -- end to end: a download in another process ----------------------------------------------
 
 

@@ -195,6 +195,10 @@ class LandingView:
         self.close()
 
 
+def _unread(out: list[Any]) -> list[int]:
+    return [i for i, data in enumerate(out) if data is None]
+
+
 class LandingSource:
     """An object's bucket source whose reads take what a download of it has landed (see
     the module); everything else is the bucket source's.
@@ -237,7 +241,8 @@ class LandingSource:
         while coming and time.monotonic() < deadline:
             time.sleep(POLL_S)
             coming = self._landed(out, ranges, coming)
-        self._fill(out, sorted(coming), self._inner.read_ranges, ranges)
+        # The bucket serves what did not land: given up on, or no longer coming.
+        self._fill(out, _unread(out), self._inner.read_ranges, ranges)
         return out  # every range read: none left None
 
     async def read_ranges_async(self, ranges: list[tuple[int, int]]) -> list[bytes]:
@@ -264,7 +269,7 @@ class LandingSource:
             await gather_or_cancel([from_bucket(fetch), landing()])
         else:
             await from_bucket(fetch)
-        await from_bucket(sorted(coming))
+        await from_bucket(_unread(out))  # gave up on them, or they are no longer coming
         return out  # every range read: none left None
 
     def _landed(self, out: list[Any], ranges: list[tuple[int, int]], coming: set[int]) -> set[int]:
