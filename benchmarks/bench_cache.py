@@ -30,7 +30,7 @@ Each row is one epoch through a fresh iterator, in records a second:
   once: the least epoch 1 can take on this machine, whose cores both jobs share;
 * ``3 epochs, metrics exported``: three epochs from the cache with ``chute.monitoring``'s
   endpoint up and scraped 4 times a second, against the same three without it
-  (alternated, 7 times each; the ratio is the median of the 7 pairs' ratios, each pair
+  (alternated, 11 times each; the ratio is the median of the 11 pairs' ratios, each pair
   run back to back); the client that scrapes runs in a process of its own, as a
   Prometheus server would.  The target applies to the CPU seconds of this
   process (the endpoint's thread included), which other processes on the machine move
@@ -82,7 +82,7 @@ except ImportError as exc:
 BUCKET = "bench"
 BATCH = 256
 WORKERS = 2
-METRICS_SAMPLES = 7  # of each side of the metrics' A/B, alternated
+METRICS_SAMPLES = 11  # of each side of the metrics' A/B, alternated
 TARGETS = {"read-ahead": 2.0, "epoch 2 / local": 0.9, "metrics": 0.98}
 
 
@@ -272,6 +272,18 @@ def chute_rows_with(
         rates[f"3 epochs, metrics exported ({how})"] = statistics.median(exported)
         rates["3 epochs from the cache, CPU s"] = statistics.median(plain_cpu)
         rates["3 epochs, metrics exported, CPU s"] = statistics.median(exported_cpu)
+        from chute import monitoring
+
+        start = time.process_time()
+        for _ in range(100):
+            monitoring.metrics_text()
+        scrape_cpu = (time.process_time() - start) / 100
+        wall = 3 * expected / statistics.median(plain)  # of a sample of 3 epochs
+        share = 4 * wall * scrape_cpu / statistics.median(plain_cpu)
+        print(
+            f"  {'':7} {'':10} (one metrics_text(): {scrape_cpu * 1e3:.2f} ms of CPU; "
+            f"4 a second are {100 * share:.2f}% of the CPU of 3 epochs)"
+        )
         # Each pair ran back to back: its ratio cancels the machine's drift between pairs.
         rates["metrics exported / not, wall, paired"] = statistics.median(
             e / p for e, p in zip(exported, plain)

@@ -1,14 +1,15 @@
 """``ShardCache``: whole local copies of objects in a bucket, shared by every process of a host.
 
 Reading from a bucket pays a request per chunk, every epoch.  With a cache, a source's
-first read of an object starts a download of the whole object in the background (the
-read itself goes to the bucket, so nothing waits on a download that has not begun), and
+first read of an object starts a download of the whole object in the background, and
 once the copy is complete the source reads it as a local file: epoch 2 costs what
 reading local files costs.  A global shuffle's first batch touches nearly every shard,
-so the shards are fetched in the order the reads first need them.  Meanwhile the reads
-take what a download has already written, and wait for the part it is fetching, rather
-than fetch those bytes again (``landing``; the record of each download's progress is
-``landed/<name>``).
+so the shards are fetched in the order the reads first need them.  A download streams
+its object in one GET and writes it as it arrives; meanwhile the reads take what it has
+written and wait for the rest, rather than fetch those bytes again (``landing``; the
+record of each download's progress is ``landed/<name>``).  Only the reads of an object
+whose download neither runs nor comes next go to the bucket, so a data set of many
+more shards than ``DOWNLOADS`` is not held up by downloads that have not begun.
 
 **One copy per host.**  Every process and iterator that names the same directory
 shares its copies.  A download is claimed with a lock on its partial file, so a second
@@ -54,10 +55,13 @@ logger = logging.getLogger("chute")
 
 __all__ = ["CachedCopy", "CopySource", "ShardCache", "open_through", "parse_bytes"]
 
-PART_BYTES = 4 << 20  # one ranged GET of a download
-PARTS_IN_FLIGHT = 4  # of one download: its groups of parts land one after the other
 DOWNLOADS = 32  # objects downloaded at once, per process (small ones: latency bounds them)
-BYTES_IN_FLIGHT = 64 << 20  # of all of a process's downloads together
+# Sources that cannot stream (fsspec's) download in ranged GETs of PART_BYTES, in groups
+# of PARTS_IN_FLIGHT that land one after the other, within BYTES_IN_FLIGHT requested and
+# not yet written per process; a stream holds one chunk (backends.STREAM_CHUNK) at a time.
+PART_BYTES = 4 << 20
+PARTS_IN_FLIGHT = 4
+BYTES_IN_FLIGHT = 64 << 20
 CONFIRMED_FOR_S = 60.0  # a version the bucket confirmed this recently needs no new request
 ASK_AGAIN_S = 60.0  # a download that did not happen (no room, another process's) is retried after
 _FULL_DISK = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
@@ -507,10 +511,10 @@ def _once(key: str, message: str, *args: Any) -> None:
 
 
 class _Downloads:
-    """This process's downloads: ``DOWNLOADS`` at once on daemon threads, with at most
-    ``BYTES_IN_FLIGHT`` requested and not yet written, in the order asked, each object
-    once.  At exit they are abandoned where they are: a partial file is never taken for
-    a copy."""
+    """This process's downloads: ``DOWNLOADS`` at once on daemon threads, in the order
+    asked, each object once (those in groups within ``BYTES_IN_FLIGHT`` requested and not
+    yet written).  At exit they are abandoned where they are: a partial file is never
+    taken for a copy."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
