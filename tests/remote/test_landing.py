@@ -316,6 +316,26 @@ def test_a_streamed_download_cut_off_goes_on_from_where_it_stopped(s3: Any) -> N
     assert all(o + n == nxt for (o, n), nxt in zip(writes, offsets[1:]))
 
 
+def test_streamed_downloads_make_whole_copies_of_empty_and_multi_chunk_objects(
+    s3: Any, tmp_path: Path
+) -> None:
+    from test_shard_cache import wait_for
+
+    from chute._remote.open import open_source
+
+    cache = ShardCache(tmp_path / "cache")
+    objects = {"empty": b"", "big": bytes(np.random.default_rng(2).bytes(3 << 20))}
+    for key, data in objects.items():
+        url = s3.put(key, data)
+        version = open_source(url).version
+        cache.fetch_later(url, version, len(data), lambda url=url: open_source(url))
+        wait_for(lambda url=url, version=version: cache.has(url, version))
+        copy = cache.open_copy(url, version)
+        assert copy is not None and Path(copy.path).read_bytes() == data
+        copy.close()
+    assert not list((tmp_path / "cache" / "landed").iterdir())
+
+
 # -- end to end: a download in another process ----------------------------------------------
 
 

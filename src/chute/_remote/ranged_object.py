@@ -140,6 +140,8 @@ class RangedSource:
             raise ValueError(f"the source for {self.url} was closed.")
         if not 0 <= start <= end <= self._size:
             raise ValueError(f"bytes {start}-{end} are outside {self.url} ({self._size} bytes).")
+        if start == end:
+            return
         at = start
 
         async def rest() -> None:

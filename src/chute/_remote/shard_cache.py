@@ -334,7 +334,8 @@ class ShardCache:
                           self.directory, f"{self.min_free + size:,}")  # fmt: skip
                     raise _NoRoom
                 try:
-                    os.posix_fallocate(fd, 0, size)
+                    if size:  # (an empty object has nothing to allocate: EINVAL)
+                        os.posix_fallocate(fd, 0, size)
                 except OSError as exc:
                     if exc.errno not in _FULL_DISK:
                         raise
