@@ -21,7 +21,8 @@ Each row is one epoch through a fresh iterator, in records a second:
 * ``bucket``: no cache, every batch's records fetched by ranged GETs when asked: epoch 1
   without read-ahead;
 * ``cache epoch 1``: an empty cache directory; each shard's first read starts its whole
-  download in the background while the reads go on from the bucket;
+  download in the background, and the reads take its bytes as they land (the median of
+  3, each from an empty directory);
 * ``cache epoch 2``: a new source over the filled cache (a later run), the median of 3;
 * ``local``: the same shards on local disk, array_record's reader (what epoch 2 must
   match), the median of 3;
@@ -229,11 +230,14 @@ def chute_rows_with(
     """The rows of chute with ``workers`` worker processes (0: inline)."""
     how = "inline" if workers == 0 else f"{workers} workers"
 
-    def run(label: str, make: Callable[[], Any], epochs: int = 1, repeats: int = 1) -> float:
+    def run(label: str, make: Callable[[], Any], epochs: int = 1, repeats: int = 1,
+            before: Callable[[], None] | None = None) -> float:  # fmt: skip
         """The rate of ``epochs`` epochs of ``make()``; with ``repeats``, the median run's
-        (short epochs of a filled cache and of local files vary most from run to run)."""
+        (short epochs vary most from run to run); ``before()``, untimed, before each."""
         samples = []
         for _ in range(repeats):
+            if before is not None:
+                before()
             seconds, n, _ = epoch(
                 lambda: itertools.chain.from_iterable(make() for _ in range(epochs))
             )
@@ -241,7 +245,7 @@ def chute_rows_with(
             samples.append(seconds)
         seconds = statistics.median(samples)
         rates[f"{label} ({how})"] = n / seconds
-        of = f", median of {repeats}" if repeats > 1 else ""
+        of = f", median of {', '.join(f'{t:.2f}' for t in samples)}" if repeats > 1 else ""
         print(
             f"  {w.name:7} {how:10} {label:34} {n / seconds:>10,.0f} records/s "
             f"({seconds:.2f} s{of})"
@@ -265,14 +269,21 @@ def chute_rows_with(
         f"{expected / seconds:>10,.0f} records/s ({seconds:.2f} s)"
     )
     run("bucket", lambda: chute_loader(chute.ArrayRecordDataSource(index), workers))
-    cache_dir = tempfile.mkdtemp(dir=folder, prefix="cache-")
+    cache_dir = ""
 
     def cached() -> Any:
         return chute_loader(chute.ArrayRecordDataSource(index, cache_dir=cache_dir), workers)
 
-    run("cache epoch 1", cached)
+    def empty_cache() -> None:  # each epoch 1 starts from an empty cache directory
+        nonlocal cache_dir
+        if cache_dir:
+            wait_for_copies(cache_dir, w.shards)  # the last epoch's downloads end first
+            shutil.rmtree(cache_dir)
+        cache_dir = tempfile.mkdtemp(dir=folder, prefix="cache-")
+
+    run("cache epoch 1", cached, repeats=3, before=empty_cache)
     held = wait_for_copies(cache_dir, w.shards)
-    print(f"  {'':7} {'':10} (copies after epoch 1: {held} of {w.shards})")
+    print(f"  {'':7} {'':10} (copies after the last epoch 1: {held} of {w.shards})")
     run("cache epoch 2", cached, repeats=3)
     if workers == 0:
         plain, exported, plain_cpu, exported_cpu = [], [], [], []
