@@ -16,7 +16,7 @@ and, for each range asked:
 * reads it from the bucket otherwise, while it waits for the others.
 
 **Never a wrong byte.**  A record holds the download's attempt (a random number), the
-partial file's inode, how many bytes have landed, the end of the group in flight and a
+partial file's inode, how many bytes have landed, the end of what it fetches now and a
 checksum of those.  A reader trusts a record only if its checksum holds (a read that
 raced a write is not taken) and it names the inode the reader opened.  A process that
 takes over a dead download's partial file writes a new attempt *before* it truncates the
@@ -104,7 +104,7 @@ class LandingView:
         self._looked = -RETRY_OPEN_S
         self._opening = threading.Lock()  # the reads of one shard run on several threads
         self._made = ForkCheck()
-        self.landing_to = 0  # the end of the group in flight, at the last look
+        self.landing_to = 0  # the end of what the download fetches now, at the last look
 
     def _open(self) -> bool:
         """Whether a download's files are open (opened now if one has begun)."""
