@@ -134,10 +134,13 @@ class RangedSource:
     def stream_into(self, start: int, end: int, write: Callable[[int, Any], None]) -> None:
         """Bytes ``start``-``end`` in one GET, each chunk handed to ``write(offset, chunk)``
         as it arrives (on the I/O loop: ``write`` must be quick); a failure is retried
-        from where the bytes stopped, as ``read_ranges``'s requests are."""
+        from where the bytes stopped, as ``read_ranges``'s requests are.  Only where
+        ``streams``."""
         backend = self._backend
         if backend is None:
             raise ValueError(f"the source for {self.url} was closed.")
+        if not self.streams:
+            raise TypeError(f"{self.url} is read through fsspec, which does not stream.")
         if not 0 <= start <= end <= self._size:
             raise ValueError(f"bytes {start}-{end} are outside {self.url} ({self._size} bytes).")
         if start == end:
@@ -146,10 +149,6 @@ class RangedSource:
 
         async def rest() -> None:
             nonlocal at
-            if not self.streams:
-                write(at, await self._get(backend, at, end))
-                at = end
-                return
             metrics.count("remote_requests")
             began = time.perf_counter()
             async for chunk in backend.stream(at, end, self.version):
