@@ -123,6 +123,57 @@ def test_worker_processes_share_one_cache(s3: Any, tmp_path: Path) -> None:
     assert not list((cache_dir / "partial").iterdir())
 
 
+def _started_here(cache_dir: Path, source: Any) -> set[str]:
+    """The shards whose downloads this process was asked for in ``cache_dir``."""
+    from chute._remote import shard_cache
+
+    asked = shard_cache._downloads()._asked
+    return {
+        s.path
+        for s in source.shards
+        if (str(cache_dir), shard_cache._name(s.path, s.version)) in asked
+    }
+
+
+@pytest.mark.parametrize("loader", ["mp_prefetch", "DataLoader"])
+def test_the_training_process_starts_the_downloads_before_its_workers(
+    s3: Any, tmp_path: Path, loader: str
+) -> None:
+    from chute import DataLoader, IndexSampler
+
+    index, files = upload(s3, tmp_path)
+    cache_dir = tmp_path / "cache"
+    source = ArrayRecordDataSource(index, filesystem=s3.obstore_store(), cache_dir=cache_dir)
+    if loader == "mp_prefetch":
+        pipeline = MapDataset.source(source).seed(3).shuffle().to_iter_dataset()
+        it = iter(pipeline.mp_prefetch(MultiprocessingOptions(num_workers=2)))
+        expected = list(MapDataset.source(ArrayRecordDataSource(files)).seed(3).shuffle())
+    else:
+        sampler = IndexSampler(len(source), shuffle=True, seed=3, num_epochs=1)
+        it = iter(DataLoader(data_source=source, sampler=sampler, worker_count=2))
+        plain = DataLoader(data_source=ArrayRecordDataSource(files), sampler=sampler)
+        expected = list(plain)
+    with it:
+        assert _started_here(cache_dir, source) == {s.path for s in source.shards}
+        assert list(it) == expected
+    wait_for(lambda: len(copies(cache_dir)) == SHARDS)
+
+
+def test_a_set_larger_than_the_cache_is_left_to_the_workers_reads(
+    s3: Any, tmp_path: Path
+) -> None:
+    index, files = upload(s3, tmp_path)
+    cache_dir = tmp_path / "cache"
+    largest = max(Path(f).stat().st_size for f in files)
+    source = ArrayRecordDataSource(
+        index, filesystem=s3.obstore_store(), cache_dir=cache_dir, cache_limit=2 * largest
+    )
+    pipeline = MapDataset.source(source).to_iter_dataset()
+    with iter(pipeline.mp_prefetch(MultiprocessingOptions(num_workers=2))) as it:
+        assert _started_here(cache_dir, source) == set()  # in index order, it would churn
+        assert list(it) == list(ArrayRecordDataSource(files))
+
+
 def _read_in_a_process(index: str, cache_dir: str, out: Any) -> None:
     source = ArrayRecordDataSource(index, cache_dir=cache_dir)
     records = read_all(source)

@@ -41,7 +41,7 @@ from chute._loader.loader_state_check import check_loader_state
 from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._loader.pipeline import stacked_by, worker_dataset
 from chute._loader.samplers import IndexSampler
-from chute._stages.source_dataset import SourceMapDataset
+from chute._stages.source_dataset import SourceMapDataset, start_downloads
 from chute._stages.streams import Stream, positions_of, relayout
 from chute._stats import instrument
 from chute._stats.collector import LoaderCollector
@@ -310,6 +310,8 @@ class DataLoaderIterator:
         loader._epochs += 1
         self._base_seed = worker_seeds.base_seed(loader._seed, loader._epochs)
         self._tracked = bool(config.py_debug_mode)
+        if loader._worker_count and loader._executor is None:  # worker processes of this host
+            start_downloads(loader._source)
         self._start(Stream((), 0, loader._length()), max(1, loader._worker_count))
         metrics.add_buffer(self)
         if self._tracked:  # statistics: the workers time their pipelines, and this times next()

@@ -43,6 +43,7 @@ from chute._stages.batch import leaves_stacked_by
 from chute._stages.map import MapIterDataset, RandomMapIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
 from chute._stages.slicing import share, share_stream
+from chute._stages.source_dataset import start_downloads
 from chute._stages.streams import Stream, positions_of, relayout
 
 # Stages that make one element of each: a checkpoint of workers that run only these moves
@@ -222,6 +223,8 @@ class _MultiprocessIterator(RoundRobinIterator):
         self._ds, self._stream = ds, stream
         self._base_seed = ds._next_base_seed()
         count = ds._worker_count()
+        if count and ds._executor is None:  # worker processes of this host
+            start_downloads(ds)
         super().__init__(ds._workers(stream, [None] * count, self._base_seed))
         self._sizer = ds._sizer(count)
         metrics.add_buffer(self)

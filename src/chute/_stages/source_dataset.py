@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import functools
+import logging
 import operator
 from typing import Any
 
@@ -22,6 +23,9 @@ def _pick(seq: list[Any] | tuple[Any, ...], indices: list[int]) -> list[Any]:
     if len(indices) == 1:
         return [seq[indices[0]]]
     return list(operator.itemgetter(*indices)(seq))
+
+
+logger = logging.getLogger("chute")
 
 
 class SourceMapDataset(MapDataset[Any]):
@@ -180,3 +184,24 @@ class _Block:
         rows = f"records {self._start}:{self._start + self._length}"
         inner = identity_of(self._source)
         return f"{rows} of {inner}" if inner else rows
+
+
+def start_downloads(dataset: Any) -> None:
+    """Lets every source in ``dataset``'s pipeline that keeps a local cache of a bucket
+    start its downloads in this process (``_start_downloads``), before worker processes
+    on this host start: they read what lands rather than begin the downloads themselves
+    once they run.  A source that cannot is read as before."""
+    seen: set[int] = set()
+    stack = [dataset]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        start = getattr(getattr(node, "_source", None), "_start_downloads", None)
+        if isinstance(node, SourceMapDataset) and start is not None:
+            try:
+                start()
+            except Exception:  # only a head start: the workers' reads download what they need
+                logger.debug("chute: the downloads of %r did not start early", node, exc_info=True)
+        stack.extend(getattr(node, "_parents", ()))

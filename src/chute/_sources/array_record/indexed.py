@@ -208,6 +208,23 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             copy.close()
             raise
 
+    def _start_downloads(self) -> None:
+        """Starts, in this process, the download of every shard not yet in the cache, where
+        the whole set fits in its limit: the training process gets them going while its
+        worker processes start, and the workers read what lands (none is fetched twice).
+        A set larger than the cache is left to the reads, which download what they need."""
+        cache, shards = self._cache, self._index.shards
+        if cache is None or not all(is_remote_url(s.path) and s.version for s in shards):
+            return
+        if sum(s.size for s in shards) > cache.limit:
+            return
+        for shard in shards:
+            version = shard.version
+            if version and not cache.has(shard.path, version):
+                known = (shard.size, version)
+                opener = functools.partial(open_ranged, shard.path, known, self._filesystem)
+                cache.fetch_later(shard.path, version, shard.size, opener)
+
     def _confirm(self, ks: list[int]) -> None:
         """Checks with the bucket, once per process, that shards ``ks`` are still the
         versions the index names (their copies are those versions): one request each, all
