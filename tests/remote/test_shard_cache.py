@@ -159,9 +159,7 @@ def test_the_training_process_starts_the_downloads_before_its_workers(
     wait_for(lambda: len(copies(cache_dir)) == SHARDS)
 
 
-def test_a_set_larger_than_the_cache_is_left_to_the_workers_reads(
-    s3: Any, tmp_path: Path
-) -> None:
+def test_a_set_larger_than_the_cache_is_left_to_the_workers_reads(s3: Any, tmp_path: Path) -> None:
     index, files = upload(s3, tmp_path)
     cache_dir = tmp_path / "cache"
     largest = max(Path(f).stat().st_size for f in files)
@@ -172,6 +170,16 @@ def test_a_set_larger_than_the_cache_is_left_to_the_workers_reads(
     with iter(pipeline.mp_prefetch(MultiprocessingOptions(num_workers=2))) as it:
         assert _started_here(cache_dir, source) == set()  # in index order, it would churn
         assert list(it) == list(ArrayRecordDataSource(files))
+
+
+def test_a_sliced_pipeline_is_left_to_the_workers_reads(s3: Any, tmp_path: Path) -> None:
+    index, files = upload(s3, tmp_path)
+    cache_dir = tmp_path / "cache"
+    source = ArrayRecordDataSource(index, filesystem=s3.obstore_store(), cache_dir=cache_dir)
+    pipeline = MapDataset.source(source)[:400].to_iter_dataset()  # this host's share: 1 shard
+    with iter(pipeline.mp_prefetch(MultiprocessingOptions(num_workers=2))) as it:
+        assert _started_here(cache_dir, source) == set()
+        assert list(it) == list(ArrayRecordDataSource(files))[:400]
 
 
 def _read_in_a_process(index: str, cache_dir: str, out: Any) -> None:

@@ -190,18 +190,25 @@ def start_downloads(dataset: Any) -> None:
     """Lets every source in ``dataset``'s pipeline that keeps a local cache of a bucket
     start its downloads in this process (``_start_downloads``), before worker processes
     on this host start: they read what lands rather than begin the downloads themselves
-    once they run.  A source that cannot is read as before."""
+    once they run.  A source that cannot is read as before, and so is a pipeline that
+    slices (``ds[a:b]``): its host may need only some of the shards."""
+    from chute._stages.slice import SliceMapDataset
+
     seen: set[int] = set()
-    stack = [dataset]
+    stack, sources = [dataset], []
     while stack:
         node = stack.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
+        if isinstance(node, SliceMapDataset):
+            return
         start = getattr(getattr(node, "_source", None), "_start_downloads", None)
         if isinstance(node, SourceMapDataset) and start is not None:
-            try:
-                start()
-            except Exception:  # only a head start: the workers' reads download what they need
-                logger.debug("chute: the downloads of %r did not start early", node, exc_info=True)
+            sources.append((node, start))
         stack.extend(getattr(node, "_parents", ()))
+    for node, start in sources:
+        try:
+            start()
+        except Exception:  # only a head start: the workers' reads download what they need
+            logger.debug("chute: the downloads of %r did not start early", node, exc_info=True)
