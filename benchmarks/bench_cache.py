@@ -23,9 +23,9 @@ Each row is one epoch through a fresh iterator, in records a second:
 * ``cache epoch 1``: an empty cache directory; each shard's first read starts its whole
   download in the background, and the reads take its bytes as they land (the median of
   3, each from an empty directory);
-* ``cache epoch 2``: a new source over the filled cache (a later run), the median of 3;
+* ``cache epoch 2``: a new source over the filled cache (a later run), the median of 5;
 * ``local``: the same shards on local disk, array_record's reader (what epoch 2 must
-  match), the median of 3;
+  match), the median of 5;
 * ``download limit``: an empty cache filled with every shard, nothing read;
 * ``epoch 1 limit``: the same filling while one epoch of the local files is read, both at
   once: the least epoch 1 can take on this machine, whose cores both jobs share;
@@ -252,7 +252,7 @@ def chute_rows_with(
         )
         return n / seconds
 
-    run("local", lambda: chute_loader(chute.ArrayRecordDataSource(files), workers), repeats=3)
+    run("local", lambda: chute_loader(chute.ArrayRecordDataSource(files), workers), repeats=5)
     if workers == 0:
         seconds = download_all(index, folder)
         rates["download limit"] = expected / seconds
@@ -284,7 +284,7 @@ def chute_rows_with(
     run("cache epoch 1", cached, repeats=3, before=empty_cache)
     held = wait_for_copies(cache_dir, w.shards)
     print(f"  {'':7} {'':10} (copies after the last epoch 1: {held} of {w.shards})")
-    run("cache epoch 2", cached, repeats=3)
+    run("cache epoch 2", cached, repeats=5)
     if workers == 0:
         plain, exported, plain_cpu, exported_cpu = [], [], [], []
         for _ in range(METRICS_SAMPLES):
