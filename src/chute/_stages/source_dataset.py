@@ -14,6 +14,7 @@ from chute._core import errors
 from chute._core.dataset import Indices, MapDataset
 from chute._core.fingerprint import identity_of
 from chute._core.in_place_slice import sequential_block
+from chute._core.node import pipeline_nodes
 from chute._core.validate import check_int
 from chute._stages import _origin
 
@@ -194,19 +195,13 @@ def start_downloads(dataset: Any) -> None:
     slices (``ds[a:b]``): its host may need only some of the shards."""
     from chute._stages.slice import SliceMapDataset
 
-    seen: set[int] = set()
-    stack, sources = [dataset], []
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    sources = []
+    for node in pipeline_nodes(dataset):
         if isinstance(node, SliceMapDataset):
             return
         start = getattr(getattr(node, "_source", None), "_start_downloads", None)
         if isinstance(node, SourceMapDataset) and start is not None:
             sources.append((node, start))
-        stack.extend(getattr(node, "_parents", ()))
     for node, start in sources:
         try:
             start()

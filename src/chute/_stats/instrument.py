@@ -58,18 +58,13 @@ def wanted(ds: Any) -> bool:
     if config.py_debug_mode:
         return True
     from chute._core.dataset_options import ExecutionTrackingMode
+    from chute._core.node import pipeline_nodes
 
-    stack, seen = [ds], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in pipeline_nodes(ds):
         options = getattr(node, "__dict__", {}).get("_options")
         mode = getattr(options, "execution_tracking_mode", None)
         if mode is ExecutionTrackingMode.STAGE_TIMING:
             return True
-        stack.extend(getattr(node, "_parents", ()))
     return False
 
 
