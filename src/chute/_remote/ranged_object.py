@@ -151,11 +151,13 @@ class RangedSource:
             nonlocal at
             metrics.count("remote_requests")
             began = time.perf_counter()
-            async for chunk in backend.stream(at, end, self.version):
-                write(at, chunk)
-                at += len(chunk)
-                metrics.count("remote_bytes", len(chunk))
-            metrics.observe("remote_read_seconds", time.perf_counter() - began)
+            try:
+                async for chunk in backend.stream(at, end, self.version):
+                    write(at, chunk)
+                    at += len(chunk)
+                    metrics.count("remote_bytes", len(chunk))
+            finally:  # as _get's requests, failed ones too
+                metrics.observe("remote_read_seconds", time.perf_counter() - began)
             if at != end:
                 raise IncompleteAnswer(f"{self.url}: the answer for bytes {start}-{end} "
                                        f"stopped at {at}.")  # fmt: skip
