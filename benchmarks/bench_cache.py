@@ -300,13 +300,14 @@ def chute_rows_with(
                 exported.append(run("3 epochs, metrics exported", cached, 3))
                 exported_cpu.append(time.process_time() - cpu)
             assert scraper.scrapes > 0
-        rates[f"3 epochs from the cache ({how})"] = statistics.median(plain)
+        plain_rate, plain_cpu_s = statistics.median(plain), statistics.median(plain_cpu)
+        rates[f"3 epochs from the cache ({how})"] = plain_rate
         rates[f"3 epochs, metrics exported ({how})"] = statistics.median(exported)
-        rates["3 epochs from the cache, CPU s"] = statistics.median(plain_cpu)
+        rates["3 epochs from the cache, CPU s"] = plain_cpu_s
         rates["3 epochs, metrics exported, CPU s"] = statistics.median(exported_cpu)
         scrape_cpu = Scraper.cpu_per_scrape()
-        wall = 3 * expected / statistics.median(plain)  # of a sample of 3 epochs
-        share = 4 * wall * scrape_cpu / statistics.median(plain_cpu)
+        wall = 3 * expected / plain_rate  # of a sample of 3 epochs
+        share = 4 * wall * scrape_cpu / plain_cpu_s
         rates["metrics exported / not, CPU, measured"] = 1 / (1 + share)
         print(
             f"  {'':7} {'':10} (one scrape: {scrape_cpu * 1e3:.2f} ms of this process's CPU; "
