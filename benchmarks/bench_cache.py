@@ -16,16 +16,20 @@ records in 32 shards) and ``64 KiB`` (6,000 records in 48 shards).  chute's pipe
         .batch(256).to_iter_dataset()            # inline (read-ahead threads)
         .mp_prefetch(MultiprocessingOptions(num_workers=2))   # 2 workers
 
-Each row is one epoch through a fresh iterator, in records a second:
+Each epoch goes through a fresh iterator.  The rows, in records a second:
 
 * ``bucket``: no cache, every batch's records fetched by ranged GETs when asked: epoch 1
   without read-ahead;
 * ``cache epoch 1``: an empty cache directory; each shard's first read starts its whole
-  download in the background, and the reads take its bytes as they land (the median of
-  3, each from an empty directory);
-* ``cache epoch 2``: a new source over the filled cache (a later run), the median of 5;
+  download in the background, and the reads take its bytes as they land.  ``bucket`` and
+  ``cache epoch 1`` run in turns, 3 pairs; the read-ahead ratio is the median of the
+  pairs' ratios (each pair runs back to back, so the machine's drift between pairs
+  cancels);
+* ``cache epoch 2``: a new source over the filled cache (a later run);
 * ``local``: the same shards on local disk, array_record's reader (what epoch 2 must
-  match), the median of 5;
+  match).  ``local`` and ``cache epoch 2`` run in turns, 5 pairs, each sample 3 epochs
+  (an epoch takes about half a second, its workers' start included); the ratio is the
+  median of the pairs';
 * ``download limit``: an empty cache filled with every shard, nothing read;
 * ``epoch 1 limit``: the same filling while one epoch of the local files is read, both at
   once: the least epoch 1 can take on this machine, whose cores both jobs share;
@@ -40,7 +44,8 @@ Each row is one epoch through a fresh iterator, in records a second:
   the wall time, and of this process's CPU) are printed beside it.
 
 Peers over S3, 2 workers each, epoch 1 from an empty cache and epoch 2 from the filled
-one, used as their docs show: Streaming (``MDSWriter``, ``StreamingDataset(remote=...,
+one, in 3 rounds of chute, Streaming and LitData in turn (each ratio the median of the
+rounds'), used as their docs show: Streaming (``MDSWriter``, ``StreamingDataset(remote=...,
 local=..., shuffle=True)`` in a torch ``DataLoader``) and LitData (``optimize``,
 ``StreamingDataset("s3://...", shuffle=True, cache_dir=...)`` in its
 ``StreamingDataLoader``).  Every loader's epoch must hold every record once.
@@ -86,6 +91,10 @@ BUCKET = "bench"
 BATCH = 256
 WORKERS = 2
 METRICS_SAMPLES = 11  # of each side of the metrics' A/B, alternated
+READ_AHEAD_PAIRS = 3  # bucket and cache epoch 1, alternated
+LOCAL_PAIRS = 5  # local and cache epoch 2, alternated ...
+EPOCHS_A_SAMPLE = 3  # ... each sample this many epochs (an epoch takes about 0.5 s)
+PEER_ROUNDS = 3  # of chute, Streaming and LitData in turn, each from an empty cache
 TARGETS = {"read-ahead": 2.0, "epoch 2 / local": 0.9, "metrics": 0.98}
 
 
@@ -234,29 +243,48 @@ def chute_rows_with(
     """The rows of chute with ``workers`` worker processes (0: inline)."""
     how = "inline" if workers == 0 else f"{workers} workers"
 
-    def run(label: str, make: Callable[[], Any], epochs: int = 1, repeats: int = 1,
-            before: Callable[[], None] | None = None) -> float:  # fmt: skip
-        """The rate of ``epochs`` epochs of ``make()``; with ``repeats``, the median run's
-        (short epochs vary most from run to run); ``before()``, untimed, before each."""
-        samples = []
-        for _ in range(repeats):
-            if before is not None:
-                before()
-            seconds, n, _ = epoch(
-                lambda: itertools.chain.from_iterable(make() for _ in range(epochs))
-            )
-            assert n == expected * epochs, f"{label}: {n} records, not {expected * epochs}"
-            samples.append(seconds)
-        seconds = statistics.median(samples)
-        rates[f"{label} ({how})"] = n / seconds
-        of = f", median of {', '.join(f'{t:.2f}' for t in samples)}" if repeats > 1 else ""
-        print(
-            f"  {w.name:7} {how:10} {label:34} {n / seconds:>10,.0f} records/s "
-            f"({seconds:.2f} s{of})"
-        )
-        return n / seconds
+    def sample(label: str, make: Callable[[], Any], epochs: int = 1) -> float:
+        """Seconds for ``epochs`` epochs of ``make()``, each through a fresh iterator."""
+        seconds, n, _ = epoch(lambda: itertools.chain.from_iterable(make() for _ in range(epochs)))
+        assert n == expected * epochs, f"{label}: {n} records, not {expected * epochs}"
+        return seconds
 
-    run("local", lambda: chute_loader(chute.ArrayRecordDataSource(files), workers), repeats=5)
+    def report(label: str, samples: list[float], epochs: int = 1) -> float:
+        """Records the rate of the median sample of ``label``, and prints the samples."""
+        seconds = statistics.median(samples)
+        rate = expected * epochs / seconds
+        rates[f"{label} ({how})"] = rate
+        of = f", median of {', '.join(f'{t:.2f}' for t in samples)}" if len(samples) > 1 else ""
+        per = f"{epochs} epochs, " if epochs > 1 else ""
+        print(
+            f"  {w.name:7} {how:10} {label:34} {rate:>10,.0f} records/s ({per}{seconds:.2f} s{of})"
+        )
+        return rate
+
+    def paired(
+        name: str,
+        first: tuple[str, Callable[[], float]],
+        second: tuple[str, Callable[[], float]],
+        pairs: int,
+        epochs: int = 1,
+    ) -> None:
+        """Samples ``first`` and ``second`` in turns, ``pairs`` times; the ratio ``name``
+        is the median of the pairs' ratios (second's rate over first's): each pair runs
+        back to back, so the machine's drift between pairs cancels."""
+        a: list[float] = []
+        b: list[float] = []
+        for _ in range(pairs):
+            a.append(first[1]())
+            b.append(second[1]())
+        report(first[0], a, epochs)
+        report(second[0], b, epochs)
+        ratio = statistics.median(x / y for x, y in zip(a, b))
+        rates[f"{name} ({how})"] = ratio
+        print(f"  {'':7} {how:10} {name + ', median of pairs':34} {ratio:>10.2f}x")
+
+    def local() -> Any:
+        return chute_loader(chute.ArrayRecordDataSource(files), workers)
+
     if workers == 0:
         seconds = download_all(index, folder)
         rates["download limit"] = expected / seconds
@@ -264,45 +292,51 @@ def chute_rows_with(
             f"  {w.name:7} {'':10} {'download limit (fill the cache)':34} "
             f"{expected / seconds:>10,.0f} records/s ({seconds:.2f} s)"
         )
-    seconds = download_while_reading(
-        index, folder, lambda: chute_loader(chute.ArrayRecordDataSource(files), workers)
-    )
+    seconds = download_while_reading(index, folder, local)
     rates[f"epoch 1 limit ({how})"] = expected / seconds
     print(
         f"  {w.name:7} {how:10} {'epoch 1 limit (fill + read local)':34} "
         f"{expected / seconds:>10,.0f} records/s ({seconds:.2f} s)"
     )
-    run("bucket", lambda: chute_loader(chute.ArrayRecordDataSource(index), workers))
     cache_dir = ""
 
     def cached() -> Any:
         return chute_loader(chute.ArrayRecordDataSource(index, cache_dir=cache_dir), workers)
 
-    def empty_cache() -> None:  # each epoch 1 starts from an empty cache directory
+    def epoch_1() -> float:  # each epoch 1 starts from an empty cache directory
         nonlocal cache_dir
         if cache_dir:
             wait_for_copies(cache_dir, w.shards)  # the last epoch's downloads end first
             shutil.rmtree(cache_dir)
         cache_dir = tempfile.mkdtemp(dir=folder, prefix="cache-")
+        return sample("cache epoch 1", cached)
 
-    run("cache epoch 1", cached, repeats=3, before=empty_cache)
+    bucket = ("bucket", lambda: sample("bucket", lambda: chute_loader(
+        chute.ArrayRecordDataSource(index), workers)))  # fmt: skip
+    paired("read-ahead", bucket, ("cache epoch 1", epoch_1), READ_AHEAD_PAIRS)
     held = wait_for_copies(cache_dir, w.shards)
     print(f"  {'':7} {'':10} (copies after the last epoch 1: {held} of {w.shards})")
-    run("cache epoch 2", cached, repeats=5)
+    paired(
+        "epoch 2 / local",
+        ("local", lambda: sample("local", local, EPOCHS_A_SAMPLE)),
+        ("cache epoch 2", lambda: sample("cache epoch 2", cached, EPOCHS_A_SAMPLE)),
+        LOCAL_PAIRS,
+        EPOCHS_A_SAMPLE,
+    )
     if workers == 0:
         plain, exported, plain_cpu, exported_cpu = [], [], [], []
         for _ in range(METRICS_SAMPLES):
             cpu = time.process_time()
-            plain.append(run("3 epochs from the cache", cached, 3))
+            plain.append(sample("3 epochs from the cache", cached, 3))
             plain_cpu.append(time.process_time() - cpu)
             with Scraper() as scraper:
                 cpu = time.process_time()
-                exported.append(run("3 epochs, metrics exported", cached, 3))
+                exported.append(sample("3 epochs, metrics exported", cached, 3))
                 exported_cpu.append(time.process_time() - cpu)
             assert scraper.scrapes > 0
-        plain_rate, plain_cpu_s = statistics.median(plain), statistics.median(plain_cpu)
-        rates[f"3 epochs from the cache ({how})"] = plain_rate
-        rates[f"3 epochs, metrics exported ({how})"] = statistics.median(exported)
+        plain_rate = report("3 epochs from the cache", plain, 3)
+        report("3 epochs, metrics exported", exported, 3)
+        plain_cpu_s = statistics.median(plain_cpu)
         rates["3 epochs from the cache, CPU s"] = plain_cpu_s
         rates["3 epochs, metrics exported, CPU s"] = statistics.median(exported_cpu)
         scrape_cpu = Scraper.cpu_per_scrape()
@@ -315,7 +349,7 @@ def chute_rows_with(
         )
         # Each pair ran back to back: its ratio cancels the machine's drift between pairs.
         rates["metrics exported / not, wall, paired"] = statistics.median(
-            e / p for e, p in zip(exported, plain)
+            p / e for e, p in zip(exported, plain)
         )
         rates["metrics exported / not, CPU, paired"] = statistics.median(
             p / e for p, e in zip(plain_cpu, exported_cpu)
@@ -390,49 +424,84 @@ def litdata_epochs(remote: str, cache: str, workers: int) -> list[tuple[float, i
 def peer_rows(
     w: Workload, data: list[bytes], index_url: str, s3: Any, folder: str, expected: int
 ) -> dict[str, Any]:
+    """``PEER_ROUNDS`` rounds of chute, Streaming and LitData in turn, two epochs each from
+    an empty cache; each ratio is the median of the rounds' ratios."""
     rates: dict[str, Any] = {}
     key = w.name.replace(" ", "")
-    cache_dir = tempfile.mkdtemp(dir=folder, prefix="cache-s3-")
-
-    def cached() -> Any:
-        return chute_loader(chute.ArrayRecordDataSource(index_url, cache_dir=cache_dir), WORKERS)
-
-    runs = {"chute": []}  # type: dict[str, list[tuple[float, int, int]]]
-    runs["chute"].append(epoch(cached))
-    wait_for_copies(cache_dir, w.shards)
-    runs["chute"].append(epoch(cached))
     mds, lit = os.path.join(folder, f"mds-{key}"), os.path.join(folder, f"lit-{key}")
     write_mds(w, data, mds)
     upload(s3, mds, f"mds/{key}")
     write_litdata(data, lit)
     upload(s3, lit, f"lit/{key}")
-    for name in ("Streaming", "LitData"):
-        remote = f"s3://{BUCKET}/{'mds' if name == 'Streaming' else 'lit'}/{key}"
-        cache = tempfile.mkdtemp(dir=folder, prefix=f"{name}-")
-        # Each peer runs in a fresh interpreter: chute's transport (obstore) started in
-        # this one, and LitData's own obstore client cannot be used in a child forked
-        # after that.
-        done = subprocess.run(
-            [sys.executable, __file__, "--peer", name, remote, cache, str(WORKERS)],
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        last = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else []
-        if done.returncode == 0 and last and last[0].startswith("["):
-            runs[name] = [tuple(e) for e in json.loads(last[0])]
-        else:  # a peer that cannot run here is reported, not hidden
-            tail = (done.stderr.strip().splitlines() or ["?"])[-1]
-            print(f"  {w.name:7} {name}: FAILED (exit {done.returncode}): {tail}")
-    for name, epochs in runs.items():
-        for e, (seconds, n, _) in enumerate(epochs, 1):
-            ok = "" if n == expected else f"  PROBLEM: {n} records, not {expected}"
-            rates[f"{name} S3 epoch {e}"] = n / seconds
+    runs: dict[str, list[list[tuple[float, int, int]] | None]] = {}
+    for _ in range(PEER_ROUNDS):
+        runs.setdefault("chute", []).append(chute_s3_epochs(index_url, folder, w.shards))
+        for name in ("Streaming", "LitData"):
+            runs.setdefault(name, []).append(peer_epochs(w, name, key, folder))
+    for name, rounds in runs.items():
+        for e in (1, 2):
+            seconds = [r[e - 1][0] for r in rounds if r is not None]
+            counts = {r[e - 1][1] for r in rounds if r is not None}
+            if not seconds:
+                continue
+            ok = (
+                ""
+                if counts == {expected}
+                else f"  PROBLEM: {sorted(counts)} records, not {expected}"
+            )
+            rates[f"{name} S3 epoch {e}"] = expected / statistics.median(seconds)
             print(
                 f"  {w.name:7} {WORKERS} workers  {name + ' S3 epoch ' + str(e):34} "
-                f"{n / seconds:>10,.0f} records/s ({seconds:.2f} s){ok}"
+                f"{expected / statistics.median(seconds):>10,.0f} records/s "
+                f"(median of {', '.join(f'{t:.2f}' for t in seconds)} s){ok}"
             )
+            if name != "chute":
+                ratios = [
+                    theirs[e - 1][0] / ours[e - 1][0]
+                    for ours, theirs in zip(runs["chute"], rounds)
+                    if ours is not None and theirs is not None and theirs[e - 1][1] == expected
+                ]
+                rates[f"chute / {name} S3 epoch {e}"] = (
+                    statistics.median(ratios) if ratios else None
+                )
     return rates
+
+
+def chute_s3_epochs(index_url: str, folder: str, shards: int) -> list[tuple[float, int, int]]:
+    """chute's two epochs over S3 with 2 workers, from an empty cache."""
+    cache_dir = tempfile.mkdtemp(dir=folder, prefix="cache-s3-")
+
+    def cached() -> Any:
+        return chute_loader(chute.ArrayRecordDataSource(index_url, cache_dir=cache_dir), WORKERS)
+
+    first = epoch(cached)
+    wait_for_copies(cache_dir, shards)
+    second = epoch(cached)
+    shutil.rmtree(cache_dir)
+    return [first, second]
+
+
+def peer_epochs(
+    w: Workload, name: str, key: str, folder: str
+) -> list[tuple[float, int, int]] | None:
+    """A peer's two epochs over S3 with 2 workers, from an empty cache, in a fresh
+    interpreter (chute's transport, obstore, started in this one, and LitData's own
+    obstore client cannot be used in a child forked after that); None if it failed."""
+    remote = f"s3://{BUCKET}/{'mds' if name == 'Streaming' else 'lit'}/{key}"
+    cache = tempfile.mkdtemp(dir=folder, prefix=f"{name}-")
+    done = subprocess.run(
+        [sys.executable, __file__, "--peer", name, remote, cache, str(WORKERS)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    shutil.rmtree(cache, ignore_errors=True)
+    last = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else []
+    if done.returncode == 0 and last and last[0].startswith("["):
+        return [tuple(e) for e in json.loads(last[0])]
+    tail = (done.stderr.strip().splitlines() or ["?"])[-1]  # reported, not hidden
+    print(f"  {w.name:7} {name}: FAILED (exit {done.returncode}): {tail}")
+    return None
 
 
 def peer_main(name: str, remote: str, cache: str, workers: int) -> int:
@@ -512,8 +581,8 @@ def main() -> int:
         for how in ("inline", f"{WORKERS} workers"):
             rows.append(
                 [
-                    f"{name} {how}: cache epoch 1 / bucket (read-ahead)",
-                    r[f"cache epoch 1 ({how})"] / r[f"bucket ({how})"],
+                    f"{name} {how}: cache epoch 1 / bucket (read-ahead, median of pairs)",
+                    r[f"read-ahead ({how})"],
                     TARGETS["read-ahead"],
                 ]
             )
@@ -534,8 +603,8 @@ def main() -> int:
             )
             rows.append(
                 [
-                    f"{name} {how}: cache epoch 2 / local",
-                    r[f"cache epoch 2 ({how})"] / r[f"local ({how})"],
+                    f"{name} {how}: cache epoch 2 / local (median of pairs)",
+                    r[f"epoch 2 / local ({how})"],
                     TARGETS["epoch 2 / local"],
                 ]
             )
@@ -562,11 +631,10 @@ def main() -> int:
         )
         for peer in ("Streaming", "LitData"):
             for e in (1, 2):
-                theirs = r.get(f"{peer} S3 epoch {e}")
                 rows.append(
                     [
-                        f"{name} S3 epoch {e}: chute / {peer}",
-                        r[f"chute S3 epoch {e}"] / theirs if theirs else None,
+                        f"{name} S3 epoch {e}: chute / {peer} (median of rounds)",
+                        r.get(f"chute / {peer} S3 epoch {e}"),
                         1.0,
                     ]
                 )
