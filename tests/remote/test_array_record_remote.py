@@ -44,6 +44,16 @@ def test_a_bucket_set_opened_from_its_index_reads_the_local_records(
     assert [list(b) for b in shuffled] == [list(b) for b in expected]
 
 
+def test_a_bucket_set_opens_from_its_index_in_one_request(s3: Any, tmp_path: Path) -> None:
+    urls, files = upload(s3, tmp_path)
+    index = write_index(urls, s3.url("data/train.chute-index"))
+    s3.proxy.configure()
+    remote = ArrayRecordDataSource(index)
+    assert len(remote) == 1200
+    assert dict(s3.proxy.methods) == {"GET": 1}  # the index's header, its size with it
+    assert remote[7] == ArrayRecordDataSource(files)[7]
+
+
 def test_reads_from_a_flaky_bucket_are_whole_and_retried(s3: Any, tmp_path: Path) -> None:
     urls, files = upload(s3, tmp_path, options="group_size:10,uncompressed")
     index = write_index(urls, s3.url("data/train.chute-index"))

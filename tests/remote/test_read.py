@@ -64,6 +64,54 @@ def test_requests_in_flight_stay_within_the_bound(s3) -> None:
     assert 1 <= s3.proxy.max_in_flight <= 4
 
 
+@pytest.mark.parametrize("size", [100_000, 1_000])
+def test_an_object_opened_with_its_first_bytes_opens_in_one_get(s3, size: int) -> None:
+    data = os.urandom(size)
+    url = s3.put("head.bin", data)
+    s3.proxy.configure()
+    source = open_source(url, first=4096)
+    assert dict(s3.proxy.methods) == {"GET": 1}  # no HEAD: the GET's answer tells the size
+    assert source.size() == size and source.version
+    assert source.read_ranges([(0, 10), (100, 900), (0, 0)]) == [data[:10], data[100:1000], b""]
+    assert s3.proxy.requests == 1  # within the bytes taken at open: nothing sent
+    assert source.read_ranges([(size - 5, 5)]) == [data[-5:]]
+    assert s3.proxy.requests == (2 if size > 4096 else 1)
+
+
+def test_an_object_opened_with_its_first_bytes_still_holds_its_version(s3) -> None:
+    url = s3.put("moving-head.bin", b"a" * 10_000)
+    source = open_source(url, first=100)
+    s3.put("moving-head.bin", b"b" * 10_000)
+    assert source.read_ranges([(0, 3)]) == [b"aaa"]  # taken at open, of the version opened
+    with pytest.raises(SourceChangedError, match=url):
+        source.read_ranges([(5000, 3)])
+
+
+def test_an_empty_object_opened_with_its_first_bytes_falls_back_to_a_head(s3) -> None:
+    url = s3.put("empty.bin", b"")  # no range of it to answer: the GET is refused
+    s3.proxy.configure()
+    assert open_source(url, first=4096).size() == 0
+    assert dict(s3.proxy.methods) == {"GET": 1, "HEAD": 1}
+
+
+def test_a_missing_object_opened_with_its_first_bytes_raises_file_not_found(store) -> None:
+    missing = store.url("no-such-head")
+    with pytest.raises(FileNotFoundError, match=missing):
+        open_source(missing, first=4096)
+
+
+def test_a_failed_first_get_at_open_falls_back_to_a_head(s3) -> None:
+    data = os.urandom(10_000)
+    url = s3.put("flaky-head.bin", data)
+    s3.proxy.configure(fault_rate=1.0, faults=(503,), methods=("GET",))
+    source = open_source(url, first=100)  # the GET fails; the HEAD opens it
+    assert dict(s3.proxy.methods) == {"GET": 1, "HEAD": 1}
+    s3.proxy.configure()
+    assert source.size() == len(data)
+    assert source.read_ranges([(0, 100)]) == [data[:100]]
+    assert s3.proxy.requests == 1  # nothing was taken at open: read now
+
+
 def test_missing_object_raises_file_not_found_naming_it(store) -> None:
     url = store.url("no-such-object")
     with pytest.raises(FileNotFoundError, match=url):

@@ -162,6 +162,17 @@ class ObstoreBackend:
         meta = await io_loop.client(self.obstore.head_async(self.store, self.path))
         return int(meta["size"]), meta.get("e_tag") or meta.get("version")
 
+    async def head_and_first(self, n: int) -> tuple[int, str | None, bytes]:
+        """The object's size and version and its first ``n`` bytes (all of it, if it is
+        shorter), in one GET: the answer to a ranged GET tells the whole size.  An empty
+        object has no range to answer: the store refuses the request."""
+        result = await io_loop.client(
+            self.obstore.get_async(self.store, self.path, options={"range": (0, n)})
+        )
+        meta = result.meta
+        data = bytes(await io_loop.client(result.bytes_async()))
+        return int(meta["size"]), meta.get("e_tag") or meta.get("version"), data
+
     async def get(self, start: int, end: int, version: str | None) -> bytes:
         options: dict[str, Any] = {"range": (start, end)}
         if version is not None:

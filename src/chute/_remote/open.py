@@ -36,6 +36,7 @@ def open_source(
     max_in_flight: int = 32,
     retry: RetryPolicy | None = None,
     known: tuple[int, str] | None = None,
+    first: int = 0,
 ) -> RangedSource | LocalRanges:
     """Opens the object at ``url`` for ranged reads; see ``chute._remote.ranged_object``.
 
@@ -49,6 +50,11 @@ def open_source(
         known: The object's ``(size, version)`` when an index recorded them: a remote
             object then opens without a request, and its first read that finds another
             version raises ``SourceChangedError``.
+        first: Bytes at the object's start to take at open, where it is opened with a
+            request: through obstore, its open is then one ranged GET (whose answer
+            tells the size and version) instead of a HEAD, and reads within those bytes
+            send nothing.  For objects whose start is always read first (an index's
+            header).
 
     Raises:
         FileNotFoundError: No object at ``url``.
@@ -69,7 +75,12 @@ def open_source(
         local.size()  # opens now: its version is the file's at open, as a remote object's is
         return local
     return RangedSource(
-        url, _backend(url, filesystem), max_in_flight=max_in_flight, retry=retry, known=known
+        url,
+        _backend(url, filesystem),
+        max_in_flight=max_in_flight,
+        retry=retry,
+        known=known,
+        first=first,
     )
 
 

@@ -69,6 +69,7 @@ class RangedSource:
         retry: RetryPolicy | None = None,
         coalesce: int = 1 << 20,
         known: tuple[int, str] | None = None,
+        first: int = 0,
     ) -> None:
         if not isinstance(max_in_flight, int) or max_in_flight < 1:
             raise ValueError(f"max_in_flight must be an int >= 1 (got {max_in_flight!r}).")
@@ -78,10 +79,15 @@ class RangedSource:
         self.retries = 0
         self._lock = threading.Lock()
         self._indexed = known is not None
+        self._first = b""  # the object's first bytes, taken at open when asked
         if known is not None:  # size and version from an index: no request to open
             self._size, self.version = known
         else:
-            self._size, self.version = backend.run(lambda: self._guard(_head(backend), "HEAD"))
+            self._size, self.version, self._first = backend.run(
+                lambda: self._guard(
+                    self._open(backend, first), "HEAD", anew=lambda: self._open(backend, 0)
+                )
+            )
 
     def size(self) -> int:
         return int(self._size)
@@ -112,6 +118,8 @@ class RangedSource:
                     f"range (offset={offset}, length={length}) is outside {self.url} "
                     f"({self._size} bytes)."
                 )
+        if self._first and all(end <= len(self._first) for _, end in spans):
+            return [self._first[start:end] for start, end in spans]  # taken at open
         wanted = [i for i, (start, end) in enumerate(spans) if end > start]
         merged = merge_ranges([spans[i] for i in wanted], self.coalesce)
         out = [b""] * len(spans)
@@ -216,6 +224,26 @@ class RangedSource:
             return await with_retries(again, self.retry, self._count, lambda: where)
         except Exception as exc:
             raise self._translate(exc) from exc
+
+    async def _open(self, backend: Any, first: int) -> tuple[int, str | None, bytes]:
+        """The object's size and version, and its first ``first`` bytes: in one GET where
+        the transport tells the size with them (obstore's), else a HEAD alone (the bytes
+        are then read when asked for)."""
+        if first > 0 and hasattr(backend, "head_and_first"):
+            metrics.count("remote_requests")
+            began = time.perf_counter()
+            try:
+                size, version, data = await backend.head_and_first(first)
+            except Exception:  # an empty object (no range to answer), a missing one, ...:
+                pass  # the HEAD says which, and is retried as any open is
+            else:
+                metrics.count("remote_bytes", len(data))
+                if len(data) == min(first, size):
+                    return size, version, data
+            finally:
+                metrics.observe("remote_read_seconds", time.perf_counter() - began)
+        size, version = await _head(backend)
+        return size, version, b""
 
     async def _get(self, backend: Any, start: int, end: int) -> bytes:
         """Bytes ``start``-``end``, whole: an answer cut short is a failure to retry."""

@@ -53,16 +53,19 @@ _ALIGN = 64
 _VERSION = 1
 
 
-def open_ranged(path: str, known: tuple[int, str] | None = None, filesystem: Any = None) -> Any:
+def open_ranged(
+    path: str, known: tuple[int, str] | None = None, filesystem: Any = None, first: int = 0
+) -> Any:
     """A ranged byte source for a local path (``LocalRanges``) or an object-store URL
     (opened without a request when its ``(size, version)`` is ``known``; through
-    ``filesystem``, an obstore store or fsspec filesystem, when one is given)."""
+    ``filesystem``, an obstore store or fsspec filesystem, when one is given; taking its
+    ``first`` bytes with the request that opens it, see ``open_source``)."""
     if not is_remote_url(path):
         _, _, local = split_url(path)  # raises for a URL of a scheme chute does not read
         return LocalRanges(local)
     from chute._remote import open_source  # the object stores need chute[remote]
 
-    source = open_source(path, known=known, filesystem=filesystem)
+    source = open_source(path, known=known, filesystem=filesystem, first=first)
     # The ArrayRecord reader merges neighbouring chunks itself (64 KiB apart at most);
     # merging far-apart records of a shuffled batch would fetch the bytes between them.
     if hasattr(source, "coalesce"):
@@ -89,7 +92,8 @@ class _File:
 
     def _opened(self) -> Any:
         if self._opened_in is None or self._opened_in.forked():  # a forked child opens its own
-            self._source = open_ranged(self.path, filesystem=self.filesystem)
+            # Its header is read first: with obstore, in the request that opens it.
+            self._source = open_ranged(self.path, filesystem=self.filesystem, first=_FIRST_READ)
             self._opened_in = ForkCheck()
         return self._source
 
