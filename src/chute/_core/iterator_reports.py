@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from chute._core.pipeline_walk import parents_of, pipeline_nodes
+
 __all__ = ["describe_chain", "skipped_records"]
 
 
@@ -35,19 +37,11 @@ def skipped_records(iterator: Any) -> list[dict[str, Any]]:
     worker processes (``mp_prefetch``), in the states the workers last sent.
     """
     found: list[dict[str, Any]] = []
-    stack, seen = [iterator], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in pipeline_nodes(iterator):
         own = getattr(type(node), "_own_skipped", None)
         if own is not None:
             found.extend(own(node))
-        parents = (getattr(node, "__dict__", None) or {}).get("_parents", ())
-        if parents:
-            stack.extend(reversed(parents))
-        elif callable(getattr(node, "get_state", None)):
+        if not parents_of(node) and callable(getattr(node, "get_state", None)):
             _skipped_in_state(node.get_state(), found)
     return found
 

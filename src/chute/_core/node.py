@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from chute._core.iterator import _as_tuple
@@ -20,19 +20,6 @@ from chute._core.transforms import (
 )
 
 S = TypeVar("S")
-
-
-def pipeline_nodes(root: Any) -> Iterator[Any]:
-    """Every node of ``root``'s pipeline (datasets, or iterators), ``root`` first, each
-    once where branches meet, through ``_parents``."""
-    stack, seen = [root], set()
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        yield node
-        stack.extend(getattr(node, "_parents", ()))
 
 
 class Node:

@@ -14,7 +14,7 @@ from chute._core import errors
 from chute._core.dataset import Indices, MapDataset
 from chute._core.fingerprint import identity_of
 from chute._core.in_place_slice import sequential_block
-from chute._core.node import pipeline_nodes
+from chute._core.pipeline_walk import pipeline_nodes
 from chute._core.validate import check_int
 from chute._stages import _origin
 

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from chute._core.pipeline_walk import pipeline_nodes
 from chute._core.registry import UNTIMED
 from chute._stats.collector import Collector
 from chute._stats.graph import post_order
@@ -58,7 +59,6 @@ def wanted(ds: Any) -> bool:
     if config.py_debug_mode:
         return True
     from chute._core.dataset_options import ExecutionTrackingMode
-    from chute._core.node import pipeline_nodes
 
     for node in pipeline_nodes(ds):
         options = getattr(node, "__dict__", {}).get("_options")
