@@ -166,31 +166,19 @@ class ObstoreBackend:
         """The object's size and version and its first ``n`` bytes (all of it, if it is
         shorter), in one GET: the answer to a ranged GET tells the whole size.  An empty
         object has no range to answer: the store refuses the request."""
-        result = await io_loop.client(
-            self.obstore.get_async(self.store, self.path, options={"range": (0, n)})
-        )
+        result = await self._answer(0, n, None)
         meta = result.meta
         data = bytes(await io_loop.client(result.bytes_async()))
         return int(meta["size"]), meta.get("e_tag") or meta.get("version"), data
 
     async def get(self, start: int, end: int, version: str | None) -> bytes:
-        options: dict[str, Any] = {"range": (start, end)}
-        if version is not None:
-            options["if_match"] = version
-        result = await io_loop.client(
-            self.obstore.get_async(self.store, self.path, options=options)
-        )
+        result = await self._answer(start, end, version)
         return bytes(await io_loop.client(result.bytes_async()))
 
     async def stream(self, start: int, end: int, version: str | None) -> AsyncIterator[Any]:
         """Bytes ``start``-``end`` in one GET, as they arrive, in chunks of about
         ``STREAM_CHUNK`` bytes (buffers, not copied into ``bytes``)."""
-        options: dict[str, Any] = {"range": (start, end)}
-        if version is not None:
-            options["if_match"] = version
-        result = await io_loop.client(
-            self.obstore.get_async(self.store, self.path, options=options)
-        )
+        result = await self._answer(start, end, version)
         chunks = result.stream(min_chunk_size=STREAM_CHUNK)
         while True:
             try:
@@ -198,6 +186,14 @@ class ObstoreBackend:
             except StopAsyncIteration:
                 return
             yield chunk
+
+    async def _answer(self, start: int, end: int, version: str | None) -> Any:
+        """obstore's answer to a GET of bytes ``start``-``end``, on condition that the
+        object is still ``version`` (when one is given); its body not yet read."""
+        options: dict[str, Any] = {"range": (start, end)}
+        if version is not None:
+            options["if_match"] = version
+        return await io_loop.client(self.obstore.get_async(self.store, self.path, options=options))
 
     def is_changed_error(self, exc: BaseException) -> bool:
         return isinstance(exc, self.obstore.exceptions.PreconditionError)

@@ -34,10 +34,11 @@ the object.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from chute._core import metrics
@@ -157,15 +158,11 @@ class RangedSource:
 
         async def rest() -> None:
             nonlocal at
-            metrics.count("remote_requests")
-            began = time.perf_counter()
-            try:
+            with _timed_request():
                 async for chunk in backend.stream(at, end, self.version):
                     write(at, chunk)
                     at += len(chunk)
                     metrics.count("remote_bytes", len(chunk))
-            finally:  # as _get's requests, failed ones too
-                metrics.observe("remote_read_seconds", time.perf_counter() - began)
             if at != end:
                 raise IncompleteAnswer(f"{self.url}: the answer for bytes {start}-{end} "
                                        f"stopped at {at}.")  # fmt: skip
@@ -230,31 +227,22 @@ class RangedSource:
         the transport tells the size with them (obstore's), else a HEAD alone (the bytes
         are then read when asked for)."""
         if first > 0 and hasattr(backend, "head_and_first"):
-            metrics.count("remote_requests")
-            began = time.perf_counter()
             try:
-                size, version, data = await backend.head_and_first(first)
+                with _timed_request():
+                    size, version, data = await backend.head_and_first(first)
             except Exception:  # an empty object (no range to answer), a missing one, ...:
                 pass  # the HEAD says which, and is retried as any open is
             else:
                 metrics.count("remote_bytes", len(data))
                 if len(data) == min(first, size):
                     return size, version, data
-            finally:
-                metrics.observe("remote_read_seconds", time.perf_counter() - began)
         size, version = await _head(backend)
         return size, version, b""
 
     async def _get(self, backend: Any, start: int, end: int) -> bytes:
         """Bytes ``start``-``end``, whole: an answer cut short is a failure to retry."""
-        metrics.count("remote_requests")
-        began = time.perf_counter()
-        try:
+        with _timed_request():
             data = await backend.get(start, end, self.version)
-        except Exception:  # (not a request cancelled because another of its batch failed)
-            metrics.observe("remote_read_seconds", time.perf_counter() - began)
-            raise
-        metrics.observe("remote_read_seconds", time.perf_counter() - began)
         if len(data) != end - start:
             raise IncompleteAnswer(
                 f"{self.url}: asked for bytes {start}-{end} and got {len(data)} bytes."
@@ -292,6 +280,20 @@ class RangedSource:
             f"{self.url} changed while it was being read: it was version {self.version} "
             f"when opened{seen}. Open it again to read the new version."
         )
+
+
+@contextlib.contextmanager
+def _timed_request() -> Iterator[None]:
+    """Counts a GET in ``remote_requests`` and its latency in ``remote_read_seconds``,
+    a failed one's too (not one cancelled because another of its batch failed)."""
+    metrics.count("remote_requests")
+    began = time.perf_counter()
+    try:
+        yield
+    except Exception:
+        metrics.observe("remote_read_seconds", time.perf_counter() - began)
+        raise
+    metrics.observe("remote_read_seconds", time.perf_counter() - began)
 
 
 async def _head(backend: Any) -> tuple[int, str | None]:
