@@ -449,10 +449,10 @@ def peer_rows(
                 if counts == {expected}
                 else f"  PROBLEM: {sorted(counts)} records, not {expected}"
             )
-            rates[f"{name} S3 epoch {e}"] = expected / statistics.median(seconds)
+            rate = rates[f"{name} S3 epoch {e}"] = expected / statistics.median(seconds)
             print(
                 f"  {w.name:7} {WORKERS} workers  {name + ' S3 epoch ' + str(e):34} "
-                f"{expected / statistics.median(seconds):>10,.0f} records/s "
+                f"{rate:>10,.0f} records/s "
                 f"(median of {', '.join(f'{t:.2f}' for t in seconds)} s){ok}"
             )
             if name != "chute":
