@@ -82,7 +82,7 @@ def local_buckets() -> Iterator[tuple[str, str]]:
 
 
 def pipeline(index_url: str) -> grain.IterDataset:
-    source = grain.ArrayRecordDataSource(index_url)  # reads the index, no shard yet
+    source = grain.sources.ArrayRecordDataSource(index_url)  # reads the index, no shard yet
     return (
         grain.MapDataset.source(source)
         .seed(0)
@@ -123,7 +123,9 @@ def cached_epochs(index_url: str) -> None:
     """Two epochs with a local cache: the first starts each shard's download while it
     reads from the bucket; the second reads the local copies."""
     with tempfile.TemporaryDirectory() as cache_dir:
-        source = grain.ArrayRecordDataSource(index_url, cache_dir=cache_dir, cache_limit="1GB")
+        source = grain.sources.ArrayRecordDataSource(
+            index_url, cache_dir=cache_dir, cache_limit="1GB"
+        )
         for epoch in (1, 2):
             start = time.perf_counter()
             records = sum(1 for _ in grain.MapDataset.source(source).seed(epoch).shuffle())

@@ -148,3 +148,65 @@ def test_ray_example_checkpoints_loses_a_worker_and_resumes() -> None:
     assert "Ray workers and local workers yield the same batches: True" in out.stdout
     assert "resumed from the checkpoint in local workers: identical batch True" in out.stdout
     assert "restarting it from the last element it delivered" in out.stderr
+
+
+# Grain 0.2.18's top-level names (`dir(grain)` after `import grain`): the README's and the
+# examples' code, written with `import chute as grain`, must also run with `import grain`.
+GRAIN_TOP_LEVEL = frozenset(
+    {
+        "DataLoader",
+        "DataLoaderIterator",
+        "DatasetIterator",
+        "IterDataset",
+        "MapDataset",
+        "MultiprocessingOptions",
+        "ReadOptions",
+        "Record",
+        "RecordMetadata",
+        "checkpoint",
+        "config",
+        "constants",
+        "experimental",
+        "load",
+        "monitoring",
+        "multiprocessing",
+        "samplers",
+        "sharding",
+        "sources",
+        "transforms",
+    }
+)
+# chute's own top-level additions that its docs may use: each is marked new in the README's
+# table of Grain names (a row that starts with "| — |").
+CHUTE_ADDITIONS = frozenset({"RayExecutor"})
+
+
+def _code_written_as_grain() -> dict[str, str]:
+    """Every code block or example that reads ``import chute as grain``, by where it is."""
+    found: dict[str, str] = {}
+    for doc in ("README.md", "docs/cli.md"):
+        text = (ROOT / doc).read_text()
+        for n, block in enumerate(re.findall(r"```python\n(.*?)```", text, flags=re.S)):
+            if re.search(r"^import chute as grain\b", block, flags=re.M):
+                found[f"{doc} block {n}"] = block
+    for example in sorted((ROOT / "examples").glob("*.py")):
+        text = example.read_text()
+        if re.search(r"^import chute as grain\b", text, flags=re.M):
+            found[f"examples/{example.name}"] = text
+    return found
+
+
+def test_docs_use_only_names_grain_has_at_its_top_level_or_new_ones_marked_as_such() -> None:
+    code = _code_written_as_grain()
+    assert len(code) >= 5
+    for where, text in code.items():
+        code_lines = [line for line in text.splitlines() if not line.startswith("import ")]
+        used = set(re.findall(r"\bgrain\.([A-Za-z_]\w*)", "\n".join(code_lines)))
+        unknown = used - GRAIN_TOP_LEVEL - CHUTE_ADDITIONS
+        assert not unknown, f"{where} uses grain.{sorted(unknown)}, which Grain 0.2.18 lacks"
+    new_rows = [
+        line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| — |")
+    ]
+    for name in CHUTE_ADDITIONS:
+        assert any(f"chute.{name}`" in row for row in new_rows), name
+        assert hasattr(grain, name)
