@@ -60,6 +60,13 @@ def test_packing_example_runs() -> None:
     assert "keys ['inputs', 'inputs_positions', 'inputs_segment_ids']" in out.stdout
 
 
+def test_images_example_decodes_jpegs_in_workers_and_resumes() -> None:
+    pytest.importorskip("PIL")
+    out = run_example("images.py")
+    assert "batch: image (32, 32, 32, 3) float32" in out.stdout
+    assert "resumed: identical batch" in out.stdout
+
+
 def test_profile_example_runs() -> None:
     out = run_example("profile_me.py")
     assert "map(jitter)" in out.stdout
