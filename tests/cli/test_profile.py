@@ -59,6 +59,16 @@ def fails_when_read():
 
 def empty():
     return chute.MapDataset.range(0)
+
+
+def image_batches(workers=2):
+    import numpy as np
+
+    def image(x):
+        return np.full((64, 64, 3), x % 256, np.uint8)
+
+    ds = chute.MapDataset.range(64).map(image).batch(8).to_iter_dataset()
+    return ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
 """
 
 
@@ -279,3 +289,29 @@ def test_console_script_help_shows_an_example() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "chute profile examples/profile_me.py:make_dataset --seconds 5" in done.stdout
+
+
+def test_batches_made_in_workers_show_their_real_size(
+    module: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = tmp_path / "summary.json"
+    status, out, err = run_cli(
+        capsys, "profile", f"{module}:image_batches", "--json", data, "--no-suggest"
+    )
+    assert status == 0, err
+    sizes = {s["name"]: s["bytes_per_element"] for s in json.loads(data.read_text())["stages"]}
+    assert sizes["batch(8)"] == sizes["mp_prefetch(2 workers)"] == 8 * 64 * 64 * 3
+    assert "98.3 kB" in out
+    assert "uint8 rather than float32" not in out  # the batches are uint8 already
+
+
+def test_a_run_of_a_few_milliseconds_is_not_told_to_use_workers(
+    module: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = run_cli(
+        capsys, "profile", f"{module}:make", "--arg", "n=10", "--arg", "delay=0.002",
+        "--no-suggest",
+    )  # fmt: skip
+    assert status == 0, err
+    assert "the pipeline ended after 10 elements" in err
+    assert "would not pay off" in out and "run it in worker processes" not in out

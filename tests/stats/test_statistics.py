@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 import chute
@@ -179,7 +180,7 @@ def test_a_tracked_worker_pipeline_restores() -> None:
 
 
 def test_verdict_slow_map_in_this_process_says_use_workers() -> None:
-    it = iter(tracked(MapDataset.range(40).map(sleepy(0.004)).to_iter_dataset()))
+    it = iter(tracked(MapDataset.range(40).map(sleepy(0.02)).to_iter_dataset()))  # 0.8 s
     list(it)
     verdict = execution_summary(it).verdict
     assert "`map(slow)`" in verdict and "worker processes" in verdict
@@ -301,3 +302,76 @@ def test_verdict_on_tiny_elements_says_workers_would_not_pay(debug_mode: None) -
     summary = execution_summary(it)
     assert summary.wait_ratio > 0.1  # list() does little but wait
     assert "would cost more than it saves" in summary.verdict
+
+
+# -- sizes and the verdict's advice (issue 34) ------------------------------------------------
+
+
+def images(x: int) -> dict[str, Any]:
+    return {"image": np.full((64, 64, 3), x % 256, np.uint8), "label": np.int32(x)}
+
+
+def test_batches_stacked_in_worker_shared_memory_count_their_arrays_bytes() -> None:
+    # 8 images of 12 KiB: a 96 KiB batch, which a worker stacks straight into shared memory.
+    ds = MapDataset.range(64).map(images).batch(8).to_iter_dataset()
+    it = iter(tracked(ds.mp_prefetch(MultiprocessingOptions(num_workers=2))))
+    batches = list(it)
+    real = batches[0]["image"].nbytes + batches[0]["label"].nbytes
+    stages = by_name(execution_summary(it))
+    assert stages["batch(8)"].where == "workers"
+    assert stages["batch(8)"].bytes_per_element == real
+    assert stages["mp_prefetch(2 workers)"].bytes_per_element == real
+
+
+def test_float_share_counts_only_float_arrays() -> None:
+    jpegs = MapDataset.range(8).map(lambda x: {"jpeg": bytes(1000), "label": x}).batch(4)
+    floats = MapDataset.range(8).map(lambda x: np.zeros((16, 16), np.float32)).batch(4)
+    for ds, share in ((jpegs, 0.0), (floats, 1.0)):
+        it = iter(tracked(ds.to_iter_dataset()))
+        list(it)
+        assert by_name(execution_summary(it))["batch(4)"].float_share == share
+
+
+def summary_of(wall: float, where: str, float_share: float | None = None, workers: int = 0) -> Any:
+    """A summary whose loop waited all the time for one hot stage (1 s of work)."""
+    from chute._stats.summary import ExecutionSummary, StageStats
+
+    def stage(index: int, name: str, place: str, seconds: float) -> StageStats:
+        return StageStats(
+            index=index, name=name, kind=name, parents=(index - 1,) if index else (),
+            spec="?", where=place, elements=100, calls=100, self_seconds=seconds,
+            min_seconds=0.0, mean_seconds=seconds / 100, max_seconds=0.0,
+            bytes_per_element=1e6, share=1.0, float_share=float_share,
+        )  # fmt: skip
+
+    stages = (stage(0, "map(decode)", where, wall * workers * 0.2 if workers else wall),)
+    if workers:
+        stages += (stage(1, "mp_prefetch", "main", 0.0),)
+    return ExecutionSummary(
+        stages=stages, wall_seconds=wall, wait_seconds=wall, elements=100, workers=workers,
+        cpu_count=2, verdict="",
+    )  # fmt: skip
+
+
+def test_verdict_advises_no_workers_for_a_run_too_short_to_pay_for_them() -> None:
+    from chute._stats.verdict import SHORT_RUN_S, verdict
+
+    short = verdict(summary_of(0.027, "main"))
+    assert "worker processes would take a large part" in short and "27 ms" in short
+    assert "mp_prefetch(" not in short and "run it in worker processes" not in short
+    assert "run it in worker processes" in verdict(summary_of(SHORT_RUN_S * 2, "main"))
+    # A real pipeline that ends after a few milliseconds.
+    it = iter(tracked(MapDataset.range(10).map(sleepy(0.002)).to_iter_dataset()))
+    list(it)
+    assert "run it in worker processes" not in execution_summary(it).verdict
+
+
+@pytest.mark.parametrize(("float_share", "says_uint8"), [(0.0, False), (None, False), (0.9, True)])
+def test_verdict_suggests_smaller_dtypes_only_for_float_arrays(
+    float_share: float | None, says_uint8: bool
+) -> None:
+    from chute._stats.verdict import verdict
+
+    said = verdict(summary_of(10.0, "workers", float_share, workers=2))
+    assert "busy only" in said and "send smaller elements" in said
+    assert ("uint8 rather than float32" in said) == says_uint8

@@ -52,9 +52,16 @@ class PerformanceConfig:
 
 
 def element_bytes(element: Any) -> int:
-    """The bytes an element holds: its arrays' buffers, or Python's size for other leaves."""
+    """The bytes an element holds: its arrays' buffers, or Python's size for other leaves.
+
+    An array is anything with an int ``nbytes``: NumPy, JAX and torch arrays, and the
+    shared-memory slots a worker stacks its batches into (``transport.RingSlot``).
+    """
     if isinstance(element, np.ndarray):
         return int(element.nbytes)
+    size = getattr(element, "nbytes", None)
+    if isinstance(size, int) and not isinstance(element, type):
+        return size
     if isinstance(element, dict):
         return sum(element_bytes(v) for v in element.values())
     if isinstance(element, (list, tuple)):

@@ -109,6 +109,16 @@ class RingSlot:
             )
         return _rebuild, (self._buffer, self._view.dtype, self._view.shape)
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the array it stands for (as ``ndarray.nbytes``)."""
+        return int(self._view.nbytes)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The dtype of the array it stands for."""
+        return self._view.dtype
+
 
 class RingWriter:
     """The worker's end: encodes trees into small messages, arrays into shared-memory slots.

@@ -20,7 +20,7 @@ from typing import Any
 
 from chute._execution.performance import element_bytes
 
-__all__ = ["Counts", "StageRecord", "element_bytes", "merged"]
+__all__ = ["Counts", "StageRecord", "element_bytes", "float_bytes", "merged"]
 
 _NEVER = 1 << 62  # min_ns before the first element; deadline_ns when none is set
 
@@ -33,12 +33,33 @@ _FIELDS = (
     "max_ns",
     "bytes_total",
     "bytes_samples",
+    "float_bytes",
     "fill_total",
     "fill_samples",
     "empty",
     "capacity",
 )
 _LARGEST = ("max_ns", "capacity", "last_ns")  # merged by max; min_ns and first_ns by min
+
+
+def float_bytes(element: Any) -> int:
+    """The bytes of ``element``'s floating-point arrays of 4 bytes a number or more.
+
+    The part of ``element_bytes`` that a smaller dtype (uint8 images, say) would
+    shrink; bytes, strings and integer arrays count none.
+
+    >>> import numpy as np
+    >>> float_bytes({"image": np.zeros((2, 2), np.float32), "jpeg": b"xy", "label": 3})
+    16
+    """
+    if isinstance(element, dict):
+        return sum(float_bytes(v) for v in element.values())
+    if isinstance(element, (list, tuple)):
+        return sum(float_bytes(v) for v in element)
+    dtype = getattr(element, "dtype", None)
+    if getattr(dtype, "kind", None) == "f" and getattr(dtype, "itemsize", 0) >= 4:
+        return element_bytes(element)
+    return 0
 
 
 class Counts:
@@ -48,7 +69,7 @@ class Counts:
 
     def __init__(self) -> None:
         self.calls = self.elements = self.self_ns = self.inclusive_ns = self.max_ns = 0
-        self.bytes_total = self.bytes_samples = 0
+        self.bytes_total = self.bytes_samples = self.float_bytes = 0
         self.fill_total = self.fill_samples = self.empty = self.capacity = 0
         self.min_ns = self.first_ns = _NEVER
         self.last_ns = 0
@@ -80,6 +101,7 @@ class Counts:
             if result is None:
                 return
         self.bytes_total += element_bytes(result)
+        self.float_bytes += float_bytes(result)
         self.bytes_samples += 1
 
     def fill(self, held: int, capacity: int) -> None:

@@ -55,6 +55,9 @@ class StageStats:
       retries: for a source that reads an object store (``s3://``, ``gs://``, ...),
         the requests it retried after transient failures (over all workers); ``None``
         for other stages.
+      float_share: the part of its output's bytes in floating-point arrays of 4 bytes
+        a number or more (float32, float64), measured on the same sample as
+        ``bytes_per_element``; None if unknown.
     """
 
     index: int
@@ -73,6 +76,7 @@ class StageStats:
     share: float
     buffer: BufferStats | None = None
     retries: int | None = None
+    float_share: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,6 +229,7 @@ def _stage(node: Any, where: str, figures: dict[str, int] | None, work: int) -> 
         share=own / work if work and buffer is None else 0.0,
         buffer=buffer,
         retries=f.get("retries"),
+        float_share=f.get("float_bytes", 0) / f["bytes_total"] if f.get("bytes_total") else None,
     )
 
 

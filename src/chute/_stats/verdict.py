@@ -6,6 +6,13 @@ work; and where it runs: in this process (worker processes would share it
 out), or in workers that are busy (they are the limit: more of them, if
 there are idle cores, or a cheaper stage) or idle (the cost is in handing
 elements over, or in stages after the pool).
+
+Workers are never advised for a run shorter than ``SHORT_RUN_S``: starting
+them (20-50 ms each with fork on a 2-core machine, a second or more with
+spawn or a large pipeline to pickle) would take a large part of the run, so
+the verdict says to profile a longer read instead.  Smaller dtypes are
+suggested only when floating-point arrays make up most of the bytes handed
+over (``FLOAT_HEAVY``): a batch of JPEG bytes or uint8 images has none to shrink.
 """
 
 from __future__ import annotations
@@ -13,11 +20,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["BUSY", "HANDOFF_S", "WAITED_LITTLE", "verdict"]
+__all__ = ["BUSY", "FLOAT_HEAVY", "HANDOFF_S", "SHORT_RUN_S", "WAITED_LITTLE", "verdict"]
 
 WAITED_LITTLE = 0.1  # below this share of the time waiting, the loop is the bottleneck
 BUSY = 0.7  # workers working at least this share of the time are the limit
 HANDOFF_S = 50e-6  # about what a worker process spends handing one element over
+SHORT_RUN_S = 0.5  # a whole read shorter than this is too short for (more) workers to pay off
+FLOAT_HEAVY = 0.5  # float32/float64 arrays hold at least this share of the bytes handed over
 
 
 def verdict(summary: Any) -> str:
@@ -63,6 +72,8 @@ def _where_the_time_goes(summary: Any) -> str:
                 f"{what}, in this process after the worker pool: move it before "
                 "mp_prefetch so the workers share it out."
             )
+        if summary.wall_seconds < SHORT_RUN_S:
+            return f"{what}, in this process. {_short(summary)}"
         how = (
             "DataLoader(worker_count=...)"
             if summary.stages[-1].kind == "DataLoader"
@@ -81,15 +92,31 @@ def _where_the_time_goes(summary: Any) -> str:
             if idle > 0
             else f"this machine has no idle cores, so make `{hot.name}` cheaper or use more cores"
         )
+        if summary.wall_seconds < SHORT_RUN_S:
+            advice = f"make `{hot.name}` cheaper. {_short(summary)}"
         return (
             f"{what}, in the {workers} worker(s), which are busy {busy:.0%} of the time: "
             f"the workers are the limit; {advice}."
         )
+    smaller = "send smaller elements"
+    handed = [s for s in summary.stages if s.where == "workers" and s.float_share is not None]
+    share = handed[-1].float_share if handed else None  # of the elements the workers send
+    if share is not None and share >= FLOAT_HEAVY:
+        smaller += " (e.g. uint8 rather than float32 arrays)"
     return (
         f"{what}, in the {workers} worker(s), but they are busy only {busy:.0%} of the time: "
         "the time goes into handing elements to this process or into the stages after "
-        "the pool; send smaller elements (e.g. uint8 rather than float32) or raise "
-        "per_worker_buffer_size."
+        f"the pool; {smaller} or raise per_worker_buffer_size."
+    )
+
+
+def _short(summary: Any) -> str:
+    """Why a run of ``summary.wall_seconds`` gets no advice about workers."""
+    return (
+        f"The whole read took only {summary.wall_seconds * 1e3:.0f} ms: starting worker "
+        "processes would take a large part of that, so they would not pay off. If your "
+        "real run is longer, profile it for longer (chute profile --seconds N) to see where "
+        "its time goes."
     )
 
 
