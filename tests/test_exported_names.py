@@ -19,6 +19,10 @@ def test_top_level_names() -> None:
         "ReadOptions",
         "experimental",
         "transforms",
+        # chute's own errors
+        "ChuteError",
+        "CredentialsNotFoundError",
+        "ObjectStoreError",
     }
     for name in chute.__all__:
         assert hasattr(chute, name), name

@@ -37,10 +37,12 @@ from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.errors import (
     CheckpointError,
     ChuteError,
+    CredentialsNotFoundError,
     ErrorBudgetExceededError,
     FileChangedError,
     FilterThresholdError,
     IteratorClosedError,
+    ObjectStoreError,
     SourceChangedError,
     WorkerDiedError,
 )
@@ -75,6 +77,7 @@ __all__ = [
     "BatchOperation",
     "CheckpointError",
     "ChuteError",
+    "CredentialsNotFoundError",
     "DataLoader",
     "DataLoaderIterator",
     "DatasetIterator",
@@ -94,6 +97,7 @@ __all__ = [
     "MapWithIndexTransform",
     "MultiprocessingOptions",
     "NoSharding",
+    "ObjectStoreError",
     "RandomAccessDataSource",
     "RandomMapOperation",
     "RandomMapTransform",

@@ -222,6 +222,30 @@ def test_inspect_of_a_missing_object_is_one_line(s3, capsys: pytest.CaptureFixtu
         assert (status, out) == (2, "") and err.count("\n") == 1 and s3.url(spec) in err
 
 
+def test_missing_credentials_and_a_refused_endpoint_are_one_line_saying_what_to_do(
+    s3, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    monkeypatch.setattr("chute._remote.open.RetryPolicy", lambda: FAST)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_METADATA_ENDPOINT", refused)  # a machine outside AWS
+    status, out, err = cli(capsys, "inspect", s3.url("out/train"))
+    assert (status, out) == (2, "") and err.count("\n") == 1
+    assert "no credentials found" in err and "AWS_ACCESS_KEY_ID" in err
+    assert "try again later" not in err
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "test")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", refused)
+    status, out, err = cli(capsys, "inspect", s3.url("out/train"))
+    assert (status, out) == (2, "") and err.count("\n") == 1
+    assert "connection was refused" in err and f"AWS_ENDPOINT_URL={refused}" in err
+
+
 def test_bucket_inputs_convert_as_the_same_local_files_do(
     store, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -184,3 +184,57 @@ def test_a_store_that_never_answers_times_out_naming_the_url_and_the_option(
     assert "GET s3://bucket/silent.bin bytes 0-10 failed after 2 tries" in message
     assert "did not answer within the request timeout" in message
     assert "remote_request_timeout_s" in message and "CHUTE_REMOTE_REQUEST_TIMEOUT_S" in message
+
+
+def _closed_port_url() -> str:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{closed.getsockname()[1]}"
+
+
+def _no_credentials(monkeypatch: pytest.MonkeyPatch, metadata: str) -> None:
+    """An environment without AWS credentials, whose instance-metadata server is
+    ``metadata`` (a machine outside AWS: nothing answers there)."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_METADATA_ENDPOINT", metadata)
+
+
+def test_missing_credentials_say_what_to_set_without_retrying(
+    s3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import chute
+    from chute._core import metrics
+    from chute._remote import list_prefix
+
+    url = s3.put("k.bin", b"abc")
+    _no_credentials(monkeypatch, _closed_port_url())
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.proxy.url)
+    before = metrics.snapshot()["remote_retries"]
+    for call in (lambda: open_source(url), lambda: list_prefix(url)):
+        with pytest.raises(chute.CredentialsNotFoundError) as info:
+            call()
+        message = str(info.value)
+        assert url in message and "no credentials found for S3" in message
+        assert "AWS_ACCESS_KEY_ID" in message and "AWS_SECRET_ACCESS_KEY" in message
+        assert isinstance(info.value, (chute.ObjectStoreError, PermissionError))
+    assert metrics.snapshot()["remote_retries"] == before
+    assert s3.proxy.requests == 0  # the store itself was never asked
+
+
+def test_a_refused_connection_names_the_endpoint_to_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    import chute
+
+    refused = _closed_port_url()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", refused)
+    for name, value in (("AWS_ACCESS_KEY_ID", "t"), ("AWS_SECRET_ACCESS_KEY", "t")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    with pytest.raises(chute.ObjectStoreError) as info:
+        open_source("s3://bucket/k.bin", retry=ONE_RETRY)
+    message = str(info.value)
+    assert "HEAD s3://bucket/k.bin failed after 2 tries" in message
+    assert f"connection was refused: check the endpoint (AWS_ENDPOINT_URL={refused})" in message

@@ -3,7 +3,8 @@
 URLs are ``s3://``, ``gs://`` and ``az://`` (see ``chute._remote`` for where the
 credentials and endpoints come from).  Every failure of the store becomes a
 one-line ``CliError`` that names the URL and says what to do: a bucket that
-does not exist, credentials that may not read or write it, or a store that
+does not exist, no credentials found (what to set), credentials that may not
+read or write it, a refused connection (check the endpoint), or a store that
 kept failing after its retries.
 
 >>> is_bucket_url("s3://data/train"), is_bucket_url("data/train")
@@ -21,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from chute._cli.errors import CliError
+from chute._core.errors import CredentialsNotFoundError
+from chute._remote import credentials
 from chute._remote.retry import RetryBudgetExceeded, is_transient, status_of
 from chute._remote.urls import REMOTE_SCHEMES, is_remote_url, split_url, url_scheme
 
@@ -110,6 +113,9 @@ for s3://b: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, 
     scheme, bucket, _ = split_url(url)
     where = f"{scheme}://{bucket}"
     first = _first_line(exc)
+    if isinstance(exc, CredentialsNotFoundError):
+        hint = credentials.HINTS.get(scheme, "set the store's credentials in the environment")
+        return CliError(f"{url}: no credentials found while {doing}; {hint}")
     if _denied(exc):
         return CliError(
             f"{url}: access denied while {doing} ({first}); check the credentials for "
@@ -120,6 +126,11 @@ for s3://b: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, 
         return CliError(
             f"{url}: the bucket {where} does not exist or cannot be found while {doing} "
             f"({first}); create it, or check the URL{endpoint}"
+        )
+    if credentials.is_refused(exc):
+        return CliError(
+            f"{url}: {doing} failed: the connection was refused ({first}); "
+            f"{credentials.endpoint_hint(url)}"
         )
     if isinstance(exc, RetryBudgetExceeded) or is_transient(exc):
         return CliError(

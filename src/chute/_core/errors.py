@@ -20,6 +20,13 @@ index.  The library's own exceptions form one tree, all importable from
     │                               ArrayRecordDataSource's own reader and by
     │                               TFRecord sources, where chute raised a
     │                               ValueError before: catch SourceChangedError
+    ├── ObjectStoreError (OSError)  a request to a bucket's store failed for good:
+    │   │                           it kept failing past its retries (a refused
+    │   │                           connection: the message says to check the
+    │   │                           endpoint)
+    │   └── CredentialsNotFoundError (PermissionError)
+    │                               no credentials found for the store; the
+    │                               message says what to set
     └── WorkerDiedError (RuntimeError) a worker process ended without being
                                     asked to (killed, out of memory), or could
                                     not start (its note says why)
@@ -72,6 +79,19 @@ class FileChangedError(SourceChangedError, ValueError):
     ``ArrayRecordDataSource`` (reading with array_record's reader) and the TFRecord
     sources raised ``ValueError`` for a local file that changed; they raise this now, so
     code that catches either keeps working."""
+
+
+class ObjectStoreError(ChuteError, OSError):
+    """A request to an object store (``s3://``, ``gs://``, ``az://``, ``https://``) failed
+    for good: it kept failing after its retries, or cannot pass however often it is tried.
+
+    A missing object and denied access raise ``FileNotFoundError`` and
+    ``PermissionError`` instead, as for local files."""
+
+
+class CredentialsNotFoundError(ObjectStoreError, PermissionError):
+    """No credentials for a bucket's store were found: none in the environment, and no
+    instance-metadata server to ask.  The message names the variables to set."""
 
 
 class WorkerDiedError(ChuteError, RuntimeError):

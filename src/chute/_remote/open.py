@@ -7,10 +7,11 @@ import glob as _glob
 import os
 from typing import Any
 
-from chute._remote import backends
+from chute._remote import backends, io_loop
+from chute._remote.io_loop import run_on_io_loop
 from chute._remote.ranged_object import RangedSource
 from chute._remote.ranged_source import LocalRanges
-from chute._remote.retry import RetryPolicy
+from chute._remote.retry import RetryPolicy, with_retries
 from chute._remote.urls import split_url
 
 _WILDCARDS = "*?["
@@ -87,7 +88,8 @@ def open_source(
 def list_prefix(url: str | os.PathLike[str], *, filesystem: Any = None) -> list[str]:
     """The sorted URLs of the objects a glob names (``s3://b/train-*.array_record``).
 
-    A URL without wildcards lists every object under it as a prefix.
+    A URL without wildcards lists every object under it as a prefix.  A listing is
+    retried as a read is (``chute._remote.retry``).
     """
     url = os.fspath(url)
     scheme, bucket, key = split_url(url)
@@ -106,6 +108,13 @@ def list_prefix(url: str | os.PathLike[str], *, filesystem: Any = None) -> list[
         keys = [path.split("/", 1)[1] for path in found if "/" in path]
     else:
         obstore = backends._import_obstore()
-        listed = obstore.list(client, prefix=folder or None).collect()
+
+        async def collect() -> Any:
+            return await io_loop.client(obstore.list(client, prefix=folder or None).collect_async())
+
+        where = f"LIST {url}"
+        listed = run_on_io_loop(
+            lambda: with_retries(collect, RetryPolicy(), lambda exc: None, lambda: where)
+        )
         keys = [meta["path"] for meta in listed]
     return sorted(f"{scheme}://{bucket}/{k}" for k in keys if fnmatch.fnmatchcase(k, pattern))

@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from chute._core import metrics
-from chute._core.errors import SourceChangedError
+from chute._core.errors import ChuteError, SourceChangedError
 from chute._remote.retry import RetryPolicy, with_retries
 
 T = TypeVar("T")
@@ -257,6 +257,8 @@ class RangedSource:
 
     def _translate(self, exc: Exception) -> Exception:
         name = type(exc).__name__
+        if isinstance(exc, ChuteError):  # says what it is, and what to do
+            return exc
         if self._backend is not None and self._backend.is_changed_error(exc):
             return self._changed(None)
         if isinstance(exc, FileNotFoundError) or name == "NotFoundError":

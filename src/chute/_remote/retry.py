@@ -5,7 +5,11 @@ connections and answers cut off mid-body; they are retried with exponential back
 full jitter (a delay drawn uniformly from ``[0, min(max_delay, base_delay * 2**attempt)]``),
 at most ``attempts`` times per request and never past ``deadline`` seconds from the first
 try.  Everything else (403, 404, a changed object, a request the client cannot build)
-raises at once.
+raises at once, and so does a credential lookup that found none
+(``chute._remote.credentials``): it raises ``chute.CredentialsNotFoundError``, which says
+what to set.  A request that keeps failing raises ``chute.ObjectStoreError``
+(``RetryBudgetExceeded`` here); when its last failure was a refused connection, it says to
+check the endpoint.
 
 A failure is told by its type and its status code, never by the words of its message:
 
@@ -36,6 +40,9 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
+
+from chute._core.errors import ObjectStoreError
+from chute._remote import credentials
 
 T = TypeVar("T")
 
@@ -94,8 +101,9 @@ class RetryPolicy:
         return rng.uniform(0, min(self.max_delay, self.base_delay * 2**retry))
 
 
-class RetryBudgetExceeded(OSError):
-    """A request failed transiently more often, or for longer, than its policy allows."""
+# A request failed transiently more often, or for longer, than its policy allows: raised
+# as the public ``chute.ObjectStoreError`` (this name stays for the code that knew it).
+RetryBudgetExceeded = ObjectStoreError
 
 
 def status_of(exc: BaseException) -> int | None:
@@ -181,6 +189,9 @@ async def with_retries(
         try:
             return await call()
         except Exception as exc:
+            missing = credentials.missing_credentials(exc, describe())
+            if missing is not None:
+                raise missing from exc
             if not is_transient(exc):
                 raise
             elapsed = time.monotonic() - start
@@ -188,13 +199,20 @@ async def with_retries(
                 raise RetryBudgetExceeded(
                     f"{describe()} failed after {retry + 1} tries in {elapsed:.1f} s "
                     f"(at most {policy.attempts} retries within {policy.deadline:g} s); "
-                    f"last failure: {_last_failure(exc)}"
+                    f"last failure: {_last_failure(exc)}{_refused_hint(exc, describe())}"
                 ) from exc
             on_retry(exc)
             rng = rng or random.Random()
             wait = min(policy.delay(retry, rng), max(0.0, policy.deadline - elapsed))
             retry += 1
             await asyncio.sleep(wait)
+
+
+def _refused_hint(exc: BaseException, what: str) -> str:
+    if not credentials.is_refused(exc):
+        return ""
+    url = what.split()[1] if len(what.split()) > 1 else what
+    return f". The connection was refused: {credentials.endpoint_hint(url)}"
 
 
 def _last_failure(exc: BaseException) -> str:

@@ -51,7 +51,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from chute._core.errors import SourceChangedError
+from chute._core.errors import CredentialsNotFoundError, SourceChangedError
 from chute._remote.backends import is_obstore
 from chute._remote.retry import RetryBudgetExceeded
 from chute._remote.shard_cache import CopySource, ShardCache, open_through
@@ -165,6 +165,7 @@ def reraise(exc: BaseException, message: str) -> NoReturn:
     """Raises ``message`` as the builtin (or chute) kind of ``exc``, chained to it."""
     kinds = (
         SourceChangedError,
+        CredentialsNotFoundError,
         RetryBudgetExceeded,
         FileNotFoundError,
         PermissionError,
