@@ -219,6 +219,29 @@ def test_svg_and_html_escape_markup_in_stage_names() -> None:
     assert any("<b>&" in (t.text or "") for t in svg.iter(f"{SVG}text"))
 
 
+@pytest.mark.parametrize("long", ["decode_" * 20, "画像を読み込んで拡大縮小して正規化する" * 3])
+def test_svg_keeps_a_long_label_inside_its_box_with_the_whole_name_in_the_tooltip(
+    long: str,
+) -> None:
+    from chute._stats.svg import _CHAR, _PAD
+
+    stages = (_stats(0, "range", (), 0.5), _stats(1, f"map({long})", (0,), 0.5))
+    svg = ET.fromstring(visualize(ExecutionSummary(stages, 1.0, 0.5, 500, 0, 2, "")).to_svg())
+    for group in svg.iter(f"{SVG}g"):
+        rect = group.find(f"{SVG}rect")
+        assert rect is not None
+        right = float(rect.get("x", "")) + float(rect.get("width", "")) - _PAD
+        for text in group.iter(f"{SVG}text"):
+            shown = text.text or ""
+            cells = sum(2 if ord(c) > 0x2E80 else 1 for c in shown)  # CJK: two cells
+            length = float(text.get("textLength", "inf"))  # what the viewer fits it to
+            assert length == pytest.approx(cells * _CHAR, abs=0.1)
+            assert float(text.get("x", "")) + length <= right
+    box = next(g for g in svg.iter(f"{SVG}g") if g.get("id") == "stage-1")
+    assert box.findtext(f"{SVG}text", "").endswith("…")
+    assert box.findtext(f"{SVG}title", "").splitlines()[0] == f"map({long})"
+
+
 def test_visualize_reads_the_dataset_of_an_iterator() -> None:
     it = iter(_linear())
 

@@ -2,13 +2,16 @@
 
 Stages sit in layers, sources at the top (see ``layout``). Each box shows the
 stage's name, kind and figures, filled by its share of the time; hovering
-shows its element spec.
+shows its full name and its element spec.  A line longer than its box is cut
+with an ellipsis, and every line carries its width (``textLength``) so that
+a viewer without the monospace fonts named here still draws it inside the box.
 """
 
 from __future__ import annotations
 
 import html
 import re
+import unicodedata
 from collections.abc import Sequence
 
 from chute._stats.figures import Stage, figures_line, heat_colour, share_colour
@@ -27,8 +30,26 @@ def _xml(text: str) -> str:
     return html.escape(_CONTROL.sub("?", text), quote=True)
 
 
-def _clip(text: str, chars: int) -> str:
-    return text if len(text) <= chars else text[: max(chars - 1, 1)] + "…"
+def _cells(text: str) -> int:
+    """The character cells ``text`` takes in a monospace font (wide East Asian ones: two)."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _clip(text: str, cells: int) -> str:
+    """``text`` cut to ``cells`` cells, the last of them an ellipsis where it was cut.
+
+    >>> _clip("map(decode_and_augment)", 12), _clip("map(f)", 12)
+    ('map(decode_…', 'map(f)')
+    """
+    if _cells(text) <= cells:
+        return text
+    kept, used = [], 1  # the ellipsis
+    for c in text:
+        used += _cells(c)
+        if used > cells:
+            break
+        kept.append(c)
+    return "".join(kept) + "…"
 
 
 def _box_lines(stage: Stage) -> list[str]:
@@ -57,11 +78,14 @@ def _box(stage: Stage, x: float, y: float, width: float, height: float) -> str:
     tip = "\n".join([stage.name, stage.kind, f"spec: {stage.spec}", figures_line(stage)])
     chars = int((width - 2 * _PAD) / _CHAR)
     bold = ' font-weight="bold"'
-    texts = (
-        f'<text x="{x + _PAD:.1f}" y="{y + _PAD + (n + 0.8) * _LINE:.1f}"{bold if n == 0 else ""}>'
-        f"{_xml(_clip(line, chars))}</text>"
-        for n, line in enumerate(_box_lines(stage))
-    )
+    texts = []
+    for n, line in enumerate(_box_lines(stage)):
+        shown = _clip(line, chars)
+        texts.append(
+            f'<text x="{x + _PAD:.1f}" y="{y + _PAD + (n + 0.8) * _LINE:.1f}"'
+            f'{bold if n == 0 else ""} textLength="{_cells(shown) * _CHAR:.1f}" '
+            f'lengthAdjust="spacingAndGlyphs">{_xml(shown)}</text>'
+        )
     return (
         f'<g class="stage" id="stage-{stage.index}"><title>{_xml(tip.strip())}</title>'
         f'<rect x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{height}" rx="6" '
@@ -104,7 +128,7 @@ def to_svg(stages: Sequence[Stage]) -> str:
     >>> len(ET.fromstring(svg).findall("{http://www.w3.org/2000/svg}g"))
     2
     """
-    widest = max((len(line) for s in stages for line in _box_lines(s)), default=10)
+    widest = max((_cells(line) for s in stages for line in _box_lines(s)), default=10)
     box_w = min(max(widest * _CHAR + 2 * _PAD, 140.0), 380.0)
     box_h = max((len(_box_lines(s)) for s in stages), default=1) * _LINE + 2 * _PAD
     layout = lay_out(stages, box=box_w, lane=_LANE, gap=_GAP_X)
