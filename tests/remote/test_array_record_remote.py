@@ -102,6 +102,36 @@ def test_a_url_with_its_scheme_in_capitals_opens_the_same_bucket_set(
     assert remote.paths == urls and remote[7] == ArrayRecordDataSource(files)[7]
 
 
+@pytest.mark.parametrize("spec", ["data/train@4", "data/train"], ids=["spec", "prefix"])
+def test_a_bucket_shard_spec_and_a_shard_prefix_open_as_local_paths_do(
+    store: Any, tmp_path: Path, spec: str
+) -> None:
+    urls, _ = upload(store, tmp_path)
+    store.put("data/train.manifest.json", b"{}")  # what chute convert writes beside them
+    remote = ArrayRecordDataSource(store.url(spec))
+    assert remote.paths == urls and len(remote) == 1200
+    local = ArrayRecordDataSource(str(tmp_path / Path(spec).name))
+    assert remote.__getitems__(range(0, 1200, 7)) == local.__getitems__(range(0, 1200, 7))
+
+
+def test_a_bucket_prefix_of_one_file_opens_its_array_record_object(s3: Any, tmp_path: Path) -> None:
+    data = [b"a", b"bc", b"def"]
+    (file,) = write_array_record(data, str(tmp_path / "one"), num_shards=1)
+    url = s3.put("one.array_record", Path(file).read_bytes())
+    remote = ArrayRecordDataSource(s3.url("one"))
+    assert remote.paths == [url] and list(remote.__getitems__(range(3))) == data
+
+
+def test_bucket_paths_that_name_nothing_say_which_forms_work(s3: Any, tmp_path: Path) -> None:
+    urls, _ = upload(s3, tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"train@3 names 3 shards, but .*train@4"):
+        ArrayRecordDataSource(s3.url("data/train@3"))
+    with pytest.raises(FileNotFoundError, match=r"no object at .*PREFIX@N .*index"):
+        ArrayRecordDataSource(s3.url("data/nope"))
+    with pytest.raises(ValueError, match="a slice of an object's records"):
+        ArrayRecordDataSource(urls[0] + "[0:10]")
+
+
 def test_a_bucket_glob_that_matches_nothing_says_so(s3: Any) -> None:
     with pytest.raises(FileNotFoundError, match="no objects match"):
         ArrayRecordDataSource(s3.url("nothing-*.array_record"))

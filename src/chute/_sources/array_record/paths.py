@@ -12,7 +12,8 @@ A path names files in one of these ways, tried in this order:
 
 A wrong shard count, a set with shards missing and a prefix with several sets
 raise ``FileNotFoundError`` naming the counts that do exist.  Shards in a bucket are
-named by URL, or by a glob of URLs (``bucket_files``).
+named by URL in the same forms but a slice, found by listing the bucket
+(``bucket_files``).
 
 >>> import tempfile, os
 >>> folder = tempfile.mkdtemp()
@@ -150,15 +151,86 @@ def url_for(path: str, filesystem: Any) -> str:
     return path
 
 
-def bucket_files(paths: Any, filesystem: Any = None) -> list[str]:
-    """The shard URLs that ``paths`` names: URLs, globs of them, or a list of those."""
+_URL_FORMS = (
+    "name an object (s3://bucket/data/train-00000-of-00004.array_record), a glob "
+    "(s3://bucket/data/train-*.array_record), PREFIX@N (s3://bucket/data/train@4), a shard "
+    "prefix (s3://bucket/data/train) or an index (s3://bucket/data/train.chute-index)"
+)
+
+
+def _is_object_name(url: str) -> bool:
+    """A URL that names one object as it stands: opened without listing the bucket."""
+    name = url.rsplit("/", 1)[-1]
+    return name.endswith(_SUFFIX) or bool(re.search(r"-\d{5}-of-\d{5}$", name))
+
+
+def _listed_sets(prefix: str, filesystem: Any) -> tuple[list[str], dict[int, list[str]]]:
+    """The URLs under ``prefix`` (a listing), and the shard sets among them by count."""
     from chute._remote import list_prefix
 
+    urls = list_prefix(prefix, filesystem=filesystem)
+    sets: dict[int, list[str]] = {}
+    for url in urls:
+        match = _SHARD_NAME.fullmatch(url[len(prefix) :])
+        if match:
+            sets.setdefault(int(match[2]), []).append(url)
+    return urls, {count: sorted(files) for count, files in sorted(sets.items())}
+
+
+def _bucket_entry(url: str, filesystem: Any) -> list[str]:
+    """The objects one URL names, in the forms a local path takes (``expand``)."""
+    from chute._remote import list_prefix
+
+    if _SLICE.fullmatch(url):
+        raise ValueError(f"{_WHAT}: {url}: a slice of an object's records is read only from "
+                         f"local files; in a bucket, {_URL_FORMS}.")  # fmt: skip
+    if any(c in url for c in "*?["):
+        found = list_prefix(url, filesystem=filesystem)
+        if not found:
+            raise FileNotFoundError(f"{_WHAT}: no objects match the pattern {url!r}.")
+        return found
+    if url.partition("://")[0].lower() in ("http", "https"):
+        return [url]  # a server cannot be listed: the URL names the object
+    if m := _SHARDS.fullmatch(url):
+        prefix, count = m[1], int(m[2])
+        sets = _listed_sets(prefix, filesystem)[1]
+        if len(sets.get(count, [])) == count:
+            return sets[count]
+        raise FileNotFoundError(
+            f"{_WHAT}: {url} names {count} shards, but {shard_sets_text(prefix, sets)}."
+        )
+    if _is_object_name(url):
+        return [url]
+    urls, sets = _listed_sets(url, filesystem)
+    complete = [files for count, files in sets.items() if len(files) == count]
+    if url in urls:
+        return [url]
+    if len(sets) == 1 and complete:
+        return complete[0]
+    if sets:
+        raise FileNotFoundError(
+            f"{_WHAT}: no object {url!r}, and as a shard prefix it is ambiguous or "
+            f"incomplete: {shard_sets_text(url, sets)}; pass PREFIX@N or the objects."
+        )
+    if url + _SUFFIX in urls:
+        return [url + _SUFFIX]
+    raise FileNotFoundError(
+        f"{_WHAT}: no object at {url} (nor shards {url}-NNNNN-of-NNNNN or {url}{_SUFFIX}); "
+        f"{_URL_FORMS}."
+    )
+
+
+def bucket_files(paths: Any, filesystem: Any = None) -> list[str]:
+    """The shard URLs that ``paths`` names: a URL in any form a local path takes (an
+    object, a glob, ``PREFIX@N``, a shard prefix), or a list of those.
+
+    An object whose name ends in ``.array_record`` or ``-NNNNN-of-NNNNN`` is taken as it
+    stands; the other forms list the bucket once each.
+    """
     given = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     files: list[str] = []
     for p in given:
-        p = url_for(os.fspath(p), filesystem)
-        files += list_prefix(p, filesystem=filesystem) if any(c in p for c in "*?[") else [p]
+        files += _bucket_entry(url_for(os.fspath(p), filesystem), filesystem)
     if not files:
         raise FileNotFoundError(f"{_WHAT}: no objects match {paths!r}.")
     return files

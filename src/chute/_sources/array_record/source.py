@@ -90,7 +90,8 @@ class ArrayRecordDataSource:
         paths: A path, glob pattern, ``prefix@N``, ``path[start:stop]`` or
             ``FileInstruction``, or a list of them; or (chute's addition) a
             ``.chute-index`` file, or ``s3://``, ``gs://``, ``az://``, ``http(s)://``
-            URLs of shards, globs of them or of an index, read with chute's own reader
+            URLs in the same forms as paths (but slices: a shard, a glob,
+            ``prefix@N``, a shard prefix) or of an index, read with chute's own reader
             and object-store transport (``pip install chute[remote]``).
         reader_options: array_record reader options, a str or a dict.
         filesystem: chute's addition: an obstore store or an fsspec filesystem that
