@@ -60,6 +60,65 @@ def test_options_on_one_branch_reach_a_filter_on_the_other() -> None:
     assert _count_until_error(zipped) == (50, True)
 
 
+def _dense(n: int = 3000) -> Any:
+    return MapDataset.range(n).to_iter_dataset()
+
+
+def test_options_after_an_interleave_reach_the_datasets_it_opens() -> None:
+    from chute.experimental import InterleaveIterDataset
+
+    chained = InterleaveIterDataset([_sparse(), _dense()], cycle_length=1)
+    assert _count_until_error(WithOptionsIterDataset(chained, RAISE_HALF)) == (50, True)
+    # Opened ahead on threads, each with read-ahead: 50 of each of the first two, then
+    # the sparse one's window check.
+    threaded = InterleaveIterDataset(
+        [_sparse(), _dense(), _sparse()],
+        cycle_length=2,
+        num_make_iter_threads=2,
+        iter_buffer_size=2,
+    )
+    assert _count_until_error(WithOptionsIterDataset(threaded, RAISE_HALF)) == (100, True)
+
+
+def test_options_inside_an_interleave_stay_inside_and_lose_to_those_after() -> None:
+    from chute.experimental import InterleaveIterDataset
+
+    inside = WithOptionsIterDataset(_dense(), RAISE_HALF)
+    chained = InterleaveIterDataset([inside, _dense()], cycle_length=1)
+    assert _count_until_error(chained.filter(lambda x: x % 20 == 0)) == (300, False)
+    off = WithOptionsIterDataset(_sparse(), DatasetOptions(filter_raise_threshold_ratio=None))
+    chained = InterleaveIterDataset([off, _dense()], cycle_length=1)
+    assert _count_until_error(WithOptionsIterDataset(chained, RAISE_HALF)) == (50, True)
+
+
+def test_options_after_mp_prefetch_reach_its_workers() -> None:
+    from chute import MultiprocessingOptions
+
+    workers = _sparse().mp_prefetch(MultiprocessingOptions(num_workers=2))
+    # Worker 1 reads odd numbers only: its filter drops its whole first window.
+    assert _count_until_error(WithOptionsIterDataset(workers, RAISE_HALF)) == (1, True)
+
+
+def test_options_before_mp_prefetch_reach_the_stages_after_it() -> None:
+    from chute import MultiprocessingOptions
+
+    ds = WithOptionsIterDataset(_dense(), RAISE_HALF)
+    ds = ds.mp_prefetch(MultiprocessingOptions(num_workers=2)).filter(lambda x: x % 20 == 0)
+    assert _count_until_error(ds) == (50, True)
+
+
+def test_a_restarted_mix_branch_reads_the_pipeline_options() -> None:
+    from chute import IterDataset
+
+    mixed = IterDataset.mix({"sparse": _sparse(), "dense": _dense()}, [1.0, 1.0])
+    ds = WithOptionsIterDataset(mixed, RAISE_HALF)
+    it = iter(ds)
+    state = it.get_state()
+    del state["parents"]["sparse"]  # a branch the checkpoint does not name starts anew
+    it.set_state(state)
+    assert _count_until_error(it) == (100, True)
+
+
 @pytest.mark.parametrize(
     ("inner", "outer", "raises"),
     [

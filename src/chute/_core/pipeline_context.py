@@ -14,29 +14,49 @@ Stages read ``context.options`` when they need it (not per element), so they
 see options attached after them.  Two branches with contexts of their own
 (under a zip or a mix) are merged into one when a node after them joins;
 the first branch's explicit fields win; an iterator with several parents
-(a zip, a mix) joins them as it is built.  Iterators that live in other
-processes (``mp_prefetch`` workers) are not reached: attach options before
-``mp_prefetch`` to reach the stages it runs.
+(a zip, a mix) joins them as it is built.
+
+A stage that builds pipelines inside itself (an interleave opening its
+datasets, a mix restarting one, ``ElasticIterator``) builds their iterators
+with ``iter_inside(context, dataset)``: the inner pipeline's context then
+reads the stage's options over its own (the stage's win, as in Grain), live,
+so options attached after the stage reach it.  Options attached after a node
+are also known while ``WithOptionsIterDataset`` builds its parent
+(``options_after``): ``join`` merges them in at once, so a stage that must
+fix its options when it is built (``mp_prefetch`` hands them to its worker
+processes) sees them too.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from chute._core.dataset_options import DatasetOptions
+from chute._core.dataset_options import ERROR_BUDGET_FIELDS, DatasetOptions
+from chute._core.pipeline_walk import pipeline_nodes
 
 _ATTRIBUTE = "_chute_pipeline_context"
+
+# The options set after the node whose parent is being built, on this thread (see
+# ``options_after``); None outside such a build.
+_AFTER: contextvars.ContextVar[DatasetOptions | None] = contextvars.ContextVar(
+    "chute_options_after", default=None
+)
 
 
 class PipelineContext:
     """Options shared by the iterators of one pipeline (see the module docstring)."""
 
-    __slots__ = ("_merged_into", "_options")
+    __slots__ = ("_merged_into", "_options", "_outer")
 
     def __init__(self, options: DatasetOptions | None = None) -> None:
         self._options = options if options is not None else DatasetOptions()
         self._merged_into: PipelineContext | None = None
+        # The context of the stage that built this pipeline inside itself (iter_inside).
+        self._outer: PipelineContext | None = None
 
     def resolve(self) -> PipelineContext:
         """The context this one was merged into (itself if it was not)."""
@@ -47,8 +67,16 @@ class PipelineContext:
 
     @property
     def options(self) -> DatasetOptions:
-        """The pipeline's options, merged from every node that set some."""
-        return self.resolve()._options
+        """The pipeline's options, merged from every node that set some.
+
+        In a pipeline built inside a stage (``iter_inside``), the options of the
+        stage's pipeline win over those set inside.
+        """
+        ctx = self.resolve()
+        outer = None if ctx._outer is None else ctx._outer.resolve()
+        if outer is None or outer is ctx:
+            return ctx._options
+        return outer.options.merge(ctx._options)
 
     def __repr__(self) -> str:
         return f"PipelineContext({self.options!r})"
@@ -110,10 +138,91 @@ def join(iterator: Any, options: DatasetOptions | None = None) -> PipelineContex
         for other in contexts[1:]:
             ctx._options = ctx._options.merge(other._options)
             other._merged_into = ctx
+            if ctx._outer is None:
+                ctx._outer = other._outer
     if options is not None:
         ctx._options = options.merge(ctx._options)
+    after = _AFTER.get()
+    if after is not None:  # built inside a WithOptionsIterDataset: its options come later
+        ctx._options = after.merge(ctx._options)
     try:
         setattr(iterator, _ATTRIBUTE, ctx)
     except AttributeError:  # an iterator with __slots__: it simply does not pass options on
         pass
     return ctx
+
+
+@contextlib.contextmanager
+def options_after(options: DatasetOptions) -> Iterator[None]:
+    """While inside, iterators built on this thread know ``options`` (set after them).
+
+    ``WithOptionsIterDataset`` builds its parent's iterator inside, so that
+    ``join`` merges its options in at once; it joins them again afterwards.
+    Nested uses merge, the outer (later) options winning.
+
+    Args:
+      options: the options set after the iterators about to be built.
+    """
+    outer = _AFTER.get()
+    token = _AFTER.set(options if outer is None else outer.merge(options))
+    try:
+        yield
+    finally:
+        _AFTER.reset(token)
+
+
+def iter_inside(owner: PipelineContext, dataset: Iterable[Any]) -> Any:
+    """``iter(dataset)`` for a pipeline that a stage builds inside itself.
+
+    The inner pipeline reads the options of ``owner`` (the stage's context)
+    over its own, as they are now and as later nodes set them.  Every stage
+    that builds iterators after its own iterator was built, or on other
+    threads, builds them this way.
+
+    Args:
+      owner: the context of the stage's iterator (``join(stage_iterator)``).
+      dataset: the inner pipeline.
+
+    Returns:
+      The inner pipeline's iterator.
+
+    >>> from chute import MapDataset
+    >>> owner = PipelineContext(DatasetOptions(filter_raise_threshold_ratio=0.5))
+    >>> inner = iter_inside(owner, MapDataset.range(3).to_iter_dataset())
+    >>> join(inner).options.filter_raise_threshold_ratio
+    0.5
+    """
+    with options_after(owner.options):
+        iterator: Any = iter(dataset)
+    ctx = join(iterator)
+    if ctx.resolve() is not owner.resolve():
+        ctx.resolve()._outer = owner
+    return iterator
+
+
+def options_set_in(dataset: Any) -> DatasetOptions:
+    """The ``DatasetOptions`` that the nodes of ``dataset``'s pipeline set, merged.
+
+    A node nearer the output wins; where branches meet, the first branch's.
+    The error budget's fields are left out: a budget is enforced where its
+    node stands.  ``mp_prefetch`` passes these (with those set after it) to
+    its worker processes and to the stages after it, as Grain does.
+
+    Args:
+      dataset: a dataset node.
+
+    Returns:
+      The merged options (no field set when no node sets any).
+    """
+    merged = DatasetOptions()
+    for node in pipeline_nodes(dataset):
+        options = _instance_dict(node).get("_options")
+        if isinstance(options, DatasetOptions):
+            merged = merged.merge(options)
+    return without_budget(merged)
+
+
+def without_budget(options: DatasetOptions) -> DatasetOptions:
+    """``options`` without the error budget's fields (chute's own)."""
+    explicit = options._explicit()
+    return DatasetOptions(**{k: v for k, v in explicit.items() if k not in ERROR_BUDGET_FIELDS})

@@ -17,6 +17,7 @@ from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.options import MultiprocessingOptions, ReadOptions
+from chute._core.pipeline_context import iter_inside, join
 from chute._core.sharding import ShardOptions
 from chute._core.state_check import count, fields
 from chute._core.validate import check_int, check_positive_int, grain_first
@@ -176,12 +177,13 @@ class _ElasticIterator(DatasetIterator[Any]):
         super().__init__()
         self._ds, self._next = ds, 0
         self._inner: DatasetIterator[Any] | None = None
+        self._context = join(self)  # the host pipeline reads the options set after this
 
     def __next__(self) -> Any:
         if self._closed:
             self._raise_closed()
         if self._inner is None:
-            self._inner = iter(self._ds._host_pipeline(self._next))
+            self._inner = iter_inside(self._context, self._ds._host_pipeline(self._next))
             self._parents = (self._inner,)
         batch = next(self._inner)
         self._next += self._ds._global_batch_size

@@ -18,6 +18,10 @@ its own thread (``ThreadPrefetchIterDataset``).  Output never depends on
 timing.  ``close()``, ``set_state()`` and the end of the data stop and join
 every thread; garbage collection (a ``break`` out of a loop) stops them.
 
+Options: the datasets' pipelines read the ``DatasetOptions`` of the
+interleave's pipeline (set before or after it) over their own, as in Grain;
+options set inside a dataset stay inside it.
+
 Errors: an exception from a dataset's ``next()`` reaches the caller unchanged
 (with the notes the dataset added) and the turn stays, so the next ``next()``
 reads that dataset on.  A dataset that fails to open (its MapDataset element
@@ -43,6 +47,7 @@ import numpy as np
 from chute._core import errors
 from chute._core.dataset import STATE_VERSION, DatasetIterator, IterDataset, MapDataset
 from chute._core.errors import CheckpointError
+from chute._core.pipeline_context import PipelineContext, iter_inside, join
 from chute._core.state_check import by_stage, fields, is_int, refuse, require
 from chute._core.validate import check_int
 from chute._execution.daemon_pool import DaemonPool
@@ -174,6 +179,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
     def __init__(self, count: int, cycle: int, opener: _Opener) -> None:
         super().__init__()
         self._count, self._opener = count, opener
+        opener.context = join(self)  # the datasets read this pipeline's options, as in Grain
         # Every place starts waiting: the first round fills them in order, reading nothing.
         self._restart(0, 0, [_WAITING] * cycle)
 
@@ -259,7 +265,8 @@ class _InterleaveIterator(DatasetIterator[Any]):
 
     def _dataset_iterator(self, index: int) -> Any:
         """A fresh iterator of dataset ``index``, without read-ahead (for state translation)."""
-        iterator = _open(self._opener._datasets, index, None, 0)
+        opener = self._opener
+        iterator = _open(opener._datasets, index, None, 0, opener.context)
         if iterator is None:
             raise CheckpointError(f"{_NAME}: dataset {index} is a hole (None) and has no state.")
         return iterator
@@ -393,8 +400,13 @@ def _loaded(state: dict[str, Any], cycle: int, count: int) -> list[Any]:
 # -- opening the datasets' iterators ---------------------------------------------------
 
 
-def _open(datasets: MapDataset[Any], index: int, state: Any, read_ahead: int) -> Any:
-    """Dataset ``index``'s iterator, restored to ``state``; ``None`` for a hole."""
+def _open(
+    datasets: MapDataset[Any], index: int, state: Any, read_ahead: int, context: PipelineContext
+) -> Any:
+    """Dataset ``index``'s iterator, restored to ``state``; ``None`` for a hole.
+
+    The dataset's stages read the interleave's options over their own (``context``).
+    """
     ds = datasets[index]
     if ds is None:
         return None
@@ -405,7 +417,7 @@ def _open(datasets: MapDataset[Any], index: int, state: Any, read_ahead: int) ->
             f"{_NAME}: element {index} of datasets must be an IterDataset or a MapDataset "
             f"(got {ds!r} that is a {type(ds).__name__})."
         )
-    iterator: Any = iter(ds)
+    iterator: Any = iter_inside(context, ds)
     try:
         if state is not None:
             iterator.set_state(state)
@@ -437,6 +449,7 @@ class _Opener:
         self._pending: dict[int, concurrent.futures.Future[Any]] = {}
         self._executor: DaemonPool | None = None
         self._finalizer: weakref.finalize | None = None
+        self.context = PipelineContext()  # the interleave iterator's: it sets its own
 
     def ahead(self, start: int, waiting: int) -> None:
         """Starts opening datasets ``start`` on, for ``waiting`` places and the read-ahead."""
@@ -456,7 +469,7 @@ class _Opener:
         future = self._pending.pop(index, None)
         if future is not None:
             return future.result()
-        return _open(self._datasets, index, state, self._read_ahead)
+        return _open(self._datasets, index, state, self._read_ahead, self.context)
 
     def _submit(self, index: int, state: Any) -> None:
         if self._executor is None:
@@ -464,7 +477,9 @@ class _Opener:
                 self._threads, thread_name_prefix=f"chute-interleave-{id(self):x}"
             )
             self._finalizer = weakref.finalize(self, _abandon, self._executor)
-        job = self._executor.submit(_open, self._datasets, index, state, self._read_ahead)
+        job = self._executor.submit(
+            _open, self._datasets, index, state, self._read_ahead, self.context
+        )
         self._pending[index] = job
 
     def reset(self) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.errors import CheckpointError
+from chute._core.pipeline_context import iter_inside, join
 from chute._core.state_check import count, fields, flag, refuse
 from chute._stages.mix import _check_parents, _check_weights, _proportions, _select
 
@@ -146,6 +147,6 @@ class _MixIterator(DatasetIterator[Any]):
     def _restart(self, k: int) -> None:
         old = self._parents[k]
         parents = list(self._parents)
-        parents[k] = iter(self._ds._parents[k])
+        parents[k] = iter_inside(join(self), self._ds._parents[k])
         self._parents = tuple(parents)
         old.close()

@@ -22,9 +22,11 @@ from typing import Any
 
 from chute._core import metrics
 from chute._core.dataset import DatasetIterator, IterDataset
+from chute._core.dataset_options import DatasetOptions
 from chute._core.errors import CheckpointError
 from chute._core.nesting import inner_iterator
 from chute._core.options import MultiprocessingOptions, RayExecutor
+from chute._core.pipeline_context import join, options_set_in, without_budget
 from chute._core.registry import untimed_type
 from chute._core.seeding import derive_seed
 from chute._core.state_check import (
@@ -126,14 +128,14 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         return worker_seeds.base_seed(derive_seed(self), epoch)
 
     def _workers(
-        self, stream: Stream | None, states: list[Any], base: int
+        self, stream: Stream | None, states: list[Any], base: int, options: DatasetOptions
     ) -> list[DatasetIterator[Any]]:
-        """One worker per state in ``states``, where the executor says."""
+        """One worker per state in ``states``, where the executor says, under ``options``."""
         count = len(states)
         return [
             launch.worker(
                 self._executor,
-                self._share(w, count, stream),
+                _with_options(self._share(w, count, stream), options),
                 index=w,
                 count=count,
                 buffer_size=self._options.per_worker_buffer_size,
@@ -213,6 +215,15 @@ def prefetch(ds: IterDataset[Any], options: MultiprocessingOptions) -> IterDatas
     return mp_prefetch(ds, options)
 
 
+def _with_options(share: IterDataset[Any], options: DatasetOptions) -> IterDataset[Any]:
+    """A worker's pipeline under the pipeline's options (Grain's fields), as in Grain."""
+    if not options._explicit():
+        return share
+    from chute._stages.with_options import WithOptionsIterDataset  # it imports this module
+
+    return WithOptionsIterDataset(share, options)
+
+
 class _MultiprocessIterator(RoundRobinIterator):
     """Workers read in turn; a checkpoint restores into another worker count where it can."""
 
@@ -225,7 +236,11 @@ class _MultiprocessIterator(RoundRobinIterator):
         count = ds._worker_count()
         if count and ds._executor is None:  # worker processes of this host
             start_downloads(ds)
-        super().__init__(ds._workers(stream, [None] * count, self._base_seed))
+        # The options set before this stage and, when a WithOptionsIterDataset is building
+        # this iterator, after it: the workers run under them, the stages after see them.
+        self._context = join(self, options_set_in(ds._parent))
+        options = without_budget(self._context.options)
+        super().__init__(ds._workers(stream, [None] * count, self._base_seed, options))
         self._sizer = ds._sizer(count)
         metrics.add_buffer(self)
 
@@ -315,6 +330,7 @@ class _MultiprocessIterator(RoundRobinIterator):
         for it in self._parents:
             it.close()
         self._stream = stream
-        self._parents = tuple(self._ds._workers(stream, states, self._base_seed))
+        options = without_budget(self._context.options)
+        self._parents = tuple(self._ds._workers(stream, states, self._base_seed, options))
         self._turn, self._exhausted = turn, [bool(x) for x in exhausted]
         self._sizer = self._ds._sizer(len(states))

@@ -1,7 +1,9 @@
 """``WithOptionsIterDataset``: attaches ``DatasetOptions`` to a pipeline.
 
-The options reach every stage of the pipeline, before and after this node
-(see ``chute._core.pipeline_context``); where several nodes set the same field,
+The options reach every stage of the pipeline, before and after this node,
+the pipelines that stages build inside themselves (an interleave's datasets)
+and the worker processes of ``mp_prefetch`` (see
+``chute._core.pipeline_context``); where several nodes set the same field,
 the later node wins.  Without an error budget the node adds no stage of its
 own: iterating it gives the parent's iterator, with the parent's state.
 
@@ -26,7 +28,7 @@ from typing import Any
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from chute._core.dataset_options import ERROR_BUDGET_FIELDS, DatasetOptions, has_error_budget
 from chute._core.errors import ChuteError, ErrorBudgetExceededError
-from chute._core.pipeline_context import join
+from chute._core.pipeline_context import join, options_after
 from chute._core.state_check import by_stage, count, fields, parent_state, refuse
 from chute._stages._record_batches import records_batched
 
@@ -66,10 +68,12 @@ class WithOptionsIterDataset(IterDataset[Any]):
 
     def __iter__(self) -> DatasetIterator[Any]:
         if not self._options._user_set_fields & ERROR_BUDGET_FIELDS:
-            parent = iter(self._parent)
+            with options_after(self._options):  # stages fixing options when built see them
+                parent = iter(self._parent)
             join(parent, self._options)
             return parent
-        parent = iter(records_batched(self._parent))  # a bad record costs itself, not a batch
+        with options_after(self._options):
+            parent = iter(records_batched(self._parent))  # a bad record costs itself only
         budget = _budget_fields(self._options)
         enforcers = _enforcers_upstream(parent)
         for enforcer in enforcers:
