@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 
 import numpy as np
 
+from chute._core.indexing import read_at
 from chute._core.iterator import STATE_VERSION, DatasetIterator, _CheckedInit
 from chute._core.node import Node
 from chute._core.registry import stages as _s
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 S = TypeVar("S")
 
-#: What ``_getitems`` takes: non-negative ints, possibly past ``len`` (later epochs).
+#: What ``_getitems`` takes: any ints; past ``len`` or below 0 are other epochs (``indexing``).
 Indices = Sequence[int] | np.ndarray
 
 
@@ -86,31 +87,41 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
     def __getitem__(self, index):
         """Element ``index`` (``None`` if filtered out), or a lazy slice.
 
-        Indices past ``len(self)`` continue into later epochs (reshuffled by
-        shuffles, reseeded for random maps), as in Grain.
+        Every integer is an index, as in Grain: index ``i`` reads element
+        ``i % len`` of epoch ``i // len``.  Indices past ``len(self)`` continue
+        into later epochs (reshuffled by shuffles, reseeded for random maps),
+        and negative ones into earlier epochs: ``ds[-1]`` is the last element
+        of epoch ``-1``, which a shuffle orders with its seed minus one, and
+        which for ``repeat()`` (``sys.maxsize`` long) is its parent's ``[-1]``.
+        A numpy integer index gives ``range`` elements, and ``map_with_index``
+        indices, of its own type, as in Grain.
 
         Args:
-            index: An integer (negative counts from the end) or a ``slice``.
+            index: An integer (numpy ones included) or a ``slice``.
 
         Returns:
             The element, or a ``MapDataset`` for a slice.
 
+        Raises:
+            TypeError: ``index`` is not an integer or a slice (e.g. ``3.0``).
+
         >>> ds = MapDataset.range(10).map(lambda x: x * x)
-        >>> ds[3], ds[-1], list(ds[2:5])
-        (9, 81, [4, 9, 16])
+        >>> ds[3], ds[-1], ds[-11], ds[13], list(ds[2:5])
+        (9, 81, 81, 9, [4, 9, 16])
+        >>> shuffled = MapDataset.range(10).shuffle(seed=5)
+        >>> shuffled[-1], shuffled[9], MapDataset.range(4).repeat()[-1]
+        (5, 6, 3)
         """
         if isinstance(index, slice):
             return self.slice(index)
-        if index < 0:
-            index += len(self)
-            if index < 0:
-                raise IndexError(
-                    f"index {index - len(self)} out of range for {len(self)} elements."
-                )
-        return self._getitems([index])[0]
+        return read_at(self._getitems, index)
 
     def _getitems(self, indices: Indices) -> list[Any]:
-        """Reads many elements at once; stages override this with a batched path."""
+        """Reads many elements at once; stages override this with a batched path.
+
+        ``indices`` are read as ``ds[i]`` reads them, but always give Python
+        ints where ``ds[np.int64(i)]`` gives numpy integers.
+        """
         return [self[int(i)] for i in indices]
 
     def __iter__(self) -> DatasetIterator[T]:

@@ -12,6 +12,7 @@ import numpy as np
 
 from chute._core import errors, tree
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
+from chute._core.indexing import read_untyped
 from chute._core.state_check import check_pulls, count, fields, parent_state, pull_numbers
 from chute._core.validate import check_callable, check_positive_int, grain_first
 from chute._stages._origin import function_name
@@ -123,7 +124,7 @@ class BatchMapDataset(MapDataset[Any]):
             stop = min(start + size, epoch * n + n)
             flat.extend(range(start, stop))
             bounds.append(len(flat))
-        items = self._parent._getitems(flat)
+        items = read_untyped(self._parent._getitems, flat)  # int positions, as in Grain
         out = []
         for k, b in enumerate(indices):
             batch_fn = (k == 0 and self._first_batch_fn) or self._batch_fn

@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from chute._core import errors
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
+from chute._core.indexing import converted, numpy_index_type
 from chute._core.seeding import ElementRng, resolve_seed
 from chute._core.state_check import REACH, count, fields, parent_state, parents_reach
 from chute._core.transforms import Map, MapWithIndex, RandomMap, callable_of
@@ -56,12 +59,13 @@ class MapWithIndexMapDataset(MapDataset[Any]):
 
     def _getitems(self, indices: Indices) -> list[Any]:
         items = self._parent._getitems(indices)
-        fn = self._fn
+        fn, kind = self._fn, numpy_index_type()
+        index_of = int if kind is None else _typed(kind)  # Grain hands on the index's type
         out: list[Any] = []
         append = out.append
         try:
             for i, x in zip(indices, items):
-                append(None if x is None else fn(int(i), x))
+                append(None if x is None else fn(index_of(i), x))
         except Exception as exc:
             i = int(indices[len(out)])
             errors.annotate(exc, self._label, i, locate(self, i))
@@ -94,12 +98,28 @@ class RandomMapMapDataset(MapDataset[Any]):
                 append(None if x is None else fn(x, rng.at(int(i))))
         except Exception as exc:
             i = int(indices[len(out)])
+            if i < 0:  # rng.at refused it before fn ran
+                raise IndexError(_negative_draw(self._label, i)) from None
             errors.annotate(exc, self._label, i, locate(self, i))
             raise
         return out
 
     def _parent_index(self, index: int) -> tuple[int, int]:
         return 0, index
+
+
+def _typed(kind: type[np.integer]) -> Callable[[Any], Any]:
+    """Index ``i`` as a ``kind``, or OverflowError where it does not fit (never wrapped)."""
+    return lambda i: converted([int(i)], kind, "MapDataset.map_with_index()")[0]
+
+
+def _negative_draw(label: str, index: int) -> str:
+    return (
+        f"{label}: element {index} has no random numbers: element i draws from Philox at "
+        "counter [0, 0, 0, i], which exists for i >= 0 only (Grain raises OverflowError). "
+        "A negative index reads an epoch before the first one, as in Grain; for the last "
+        "element of the first epoch read ds[len(ds) - 1]."
+    )
 
 
 class MapIterDataset(IterDataset[Any]):

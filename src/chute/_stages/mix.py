@@ -23,6 +23,7 @@ import numpy as np
 
 from chute._core import errors
 from chute._core.dataset import Indices, MapDataset
+from chute._core.indexing import numpy_index_type
 
 _SCALE = 100  # the smallest weight becomes this integer proportion, as in Grain
 
@@ -254,9 +255,10 @@ class SelectionMapDataset(MapDataset[Any]):
 
     def _getitems(self, indices: Indices) -> list[Any]:
         pairs = []
+        kind = numpy_index_type() or int  # the map gets the index's type, as in Grain
         for i in np.asarray(indices, dtype=np.int64).tolist():
             try:
-                pairs.append(self._map[i])
+                pairs.append(self._map[kind(i)])
             except Exception as exc:
                 errors.annotate(exc, f"select_from_datasets({type(self._map).__name__})", i)
                 raise
@@ -267,11 +269,13 @@ class SelectionMapDataset(MapDataset[Any]):
                 "select_from_datasets(): selection_map[i] must return a pair of ints "
                 f"(dataset index, index in dataset); got {pairs[:3]!r}..."
             ) from None
-        bad = (table[:, 0] < 0) | (table[:, 0] >= len(self._parents)) | (table[:, 1] < 0)
+        # An index in a dataset may be any int (negative: an earlier epoch), as in Grain.
+        bad = (table[:, 0] < 0) | (table[:, 0] >= len(self._parents))
         if bad.any():
             raise IndexError(
                 f"select_from_datasets(): selection_map gave {tuple(table[bad][0].tolist())}, "
-                f"but there are {len(self._parents)} datasets and indices must be >= 0."
+                f"but there are {len(self._parents)} datasets: the first of the pair must be "
+                f"in [0, {len(self._parents)})."
             )
         return _gather(self._parents, table[:, 0], table[:, 1])
 

@@ -14,6 +14,7 @@ from chute._core import errors
 from chute._core.dataset import Indices, MapDataset
 from chute._core.fingerprint import identity_of
 from chute._core.in_place_slice import sequential_block
+from chute._core.indexing import converted, numpy_index_type
 from chute._core.pipeline_walk import pipeline_nodes
 from chute._core.validate import check_int
 from chute._stages import _origin
@@ -74,6 +75,9 @@ class SourceMapDataset(MapDataset[Any]):
         if n == 0:
             raise IndexError("cannot read from an empty source.")
         wrapped = (np.asarray(indices, dtype=np.int64) % n).tolist()
+        kind = numpy_index_type()
+        if kind is not None:  # ds[np.int64(i)]: the source gets the index's type, as in Grain
+            wrapped = converted(wrapped, kind, "MapDataset.source()")
         if self._read_many is not None:
             try:
                 return list(self._read_many(wrapped))
@@ -143,7 +147,9 @@ class RangeMapDataset(MapDataset[int]):
         if n == 0:
             raise IndexError("cannot read from an empty range.")
         idx = np.asarray(indices, dtype=np.int64) % n
-        return (r.start + r.step * idx).tolist()
+        values = (r.start + r.step * idx).tolist()
+        kind = numpy_index_type()
+        return values if kind is None else converted(values, kind, "MapDataset.range()")
 
     def _parent_index(self, index: int) -> errors.Origin:
         return errors.Origin(index=index % len(self._range))
