@@ -51,6 +51,14 @@ def test_none_is_an_empty_container() -> None:
     assert tree.stack([{"a": None, "b": 1}, {"a": None, "b": 2}])["a"] is None
 
 
+def test_none_beside_numbers_batches_as_an_object_array() -> None:
+    for column in ([1, None], [None, 1]):
+        stacked = tree.stack(column)
+        assert stacked.dtype == object and stacked.tolist() == column
+    with pytest.raises(tree.StructureMismatchError, match="element 1 is None"):
+        tree.stack([np.zeros(2), None])
+
+
 elements = st.lists(
     st.fixed_dictionaries(
         {

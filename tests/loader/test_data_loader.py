@@ -148,6 +148,53 @@ def test_map_with_index_and_flat_map() -> None:
     assert run([Twice(), grain.Batch(3)], 0)[:2] == [[0, 0, 1], [1, 2, 2]]
 
 
+class ThreeToNone(grain.MapTransform):
+    def map(self, x: Any) -> Any:
+        return None if x == 3 else x
+
+
+class Not3(grain.FilterTransform):
+    def filter(self, x: Any) -> bool:
+        return x != 3
+
+
+class Both(grain.experimental.FlatMapTransform):
+    max_fan_out = 2
+
+    def flat_map(self, x: Any) -> list[Any]:
+        return [x, x]
+
+
+class Indexed(grain.MapWithIndexTransform):
+    def map_with_index(self, index: int, x: Any) -> Any:
+        return (index, x)
+
+
+WITH_NONES = [1, None, 3, 4, None]
+
+
+@pytest.mark.parametrize(
+    ("ops", "workers", "expected"),
+    [  # Grain 0.2.18's outputs for the same loaders
+        ([], 0, [1, None, 3, 4, None]),
+        ([], 2, [1, None, 3, 4, None]),
+        ([ThreeToNone()], 0, [1, None, None, 4, None]),
+        ([ThreeToNone()], 2, [1, None, None, 4, None]),
+        ([Not3()], 0, [1, None, 4, None]),
+        ([Not3()], 2, [1, None, None, 4]),
+        ([Both()], 0, [1, 1, None, None, 3, 3, 4, 4, None, None]),
+        ([Both()], 2, [1, None, 1, None, 3, 4, 3, 4, None, None]),
+        ([Indexed()], 2, [(0, 1), (1, None), (2, 3), (3, 4), (4, None)]),  # Grain refuses it
+        ([Not3(), grain.Batch(2)], 0, [[1, None], [4, None]]),
+        ([grain.Batch(2)], 2, [[1, 3], [None, 4], None]),  # Grain: [None] (an all-None batch)
+    ],
+)
+def test_none_records_pass_through_as_in_grain(
+    ops: list[Any], workers: int, expected: list[Any]
+) -> None:
+    assert run(ops, workers, source=WITH_NONES) == expected
+
+
 def test_load_is_a_data_loader_over_an_index_sampler() -> None:
     loader = grain.load(SOURCE, num_epochs=1, shuffle=True, seed=1, batch_size=4)
     direct = run([grain.Batch(4)], 0, grain.IndexSampler(10, shuffle=True, seed=1, num_epochs=1))

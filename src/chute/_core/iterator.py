@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import inspect
 import multiprocessing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -100,6 +101,15 @@ class _CheckedInit(abc.ABCMeta):
             and not getattr(set_fn, state_check.CHECKS_FIRST, False)
         ):
             cls.set_state = state_check.checks_first(set_fn)
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        """``__init__``'s parameters, not ``__call__``'s, for ``help()`` and ``inspect``."""
+        init = inspect.signature(cls.__init__)
+        return init.replace(
+            parameters=list(init.parameters.values())[1:],
+            return_annotation=inspect.Signature.empty,
+        )
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
         obj = super().__call__(*args, **kwargs)

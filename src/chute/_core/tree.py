@@ -116,9 +116,11 @@ def _stack(elements: list[Any], leaves_fn: Callable[[list[Any]], Any] = _stack_l
             return leaves_fn(elements)
     if first is None:
         for pos, e in enumerate(elements):
-            if e is not None:
+            if isinstance(e, (Mapping, list, tuple, np.ndarray)):
                 raise _mismatch(first, e, pos)
-        return None
+        if all(e is None for e in elements):
+            return None
+        return leaves_fn(elements)  # None among leaves: an object array, as in Grain
     if isinstance(first, Mapping):
         keys = first.keys()
         for pos, e in enumerate(elements):
@@ -134,8 +136,9 @@ def _stack(elements: list[Any], leaves_fn: Callable[[list[Any]], Any] = _stack_l
                 raise _mismatch(first, e, pos)
         parts = [_stack([e[i] for e in elements], leaves_fn) for i in range(size)]
         return kind(*parts) if _is_namedtuple(first) else kind(parts)
+    arrays = isinstance(first, np.ndarray)
     for pos, e in enumerate(elements):
-        if isinstance(e, (Mapping, list, tuple)) or e is None:
+        if isinstance(e, (Mapping, list, tuple)) or (arrays and e is None):
             raise _mismatch(first, e, pos)
     return leaves_fn(elements)
 
@@ -143,7 +146,9 @@ def _stack(elements: list[Any], leaves_fn: Callable[[list[Any]], Any] = _stack_l
 def stack(elements: Sequence[Any], leaves_fn: Callable[[list[Any]], Any] = _stack_leaves) -> Any:
     """Stacks a non-empty list of trees leaf by leaf along a new leading axis.
 
-    Numbers become a numpy array, strings and bytes a numpy string array.
+    Numbers become a numpy array, strings and bytes a numpy string array.  A
+    ``None`` in every element stays ``None`` (an empty subtree); ``None``
+    beside numbers or strings makes an object array, as in Grain.
     ``leaves_fn`` combines each group of leaves (a worker process uses it to
     stack arrays straight into shared memory).
 

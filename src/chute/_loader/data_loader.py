@@ -38,6 +38,7 @@ from chute._execution import launch, processes, worker_seeds
 from chute._execution.round_robin import RoundRobinIterator
 from chute._loader.grain_state import is_grain_loader_state, loader_from_grain
 from chute._loader.loader_state_check import check_loader_state
+from chute._loader.none_records import unbox
 from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._loader.pipeline import stacked_by, worker_dataset
 from chute._loader.samplers import IndexSampler
@@ -373,7 +374,7 @@ class DataLoaderIterator:
         with self._lock:
             if self._closed:
                 raise closed_error("DataLoaderIterator")
-            return next(self._workers)
+            return unbox(next(self._workers))  # a record whose data is None (none_records.py)
 
     def _buffer_fill(self) -> tuple[int, int]:
         """Workers with an element ready, and the workers (read by the statistics only)."""

@@ -37,7 +37,9 @@ from chute._core.transforms import (
     TfRandomMap,
 )
 from chute._core.tree import stack
+from chute._loader import none_records
 from chute._loader.legacy_operation import RecordOperation
+from chute._loader.none_records import UnboxingBatch, boxed
 from chute._loader.record import Record, RecordMetadata
 from chute._stages._origin import function_name, locate
 from chute._stages.batch import BatchIterDataset, leaves_stacked_by
@@ -72,14 +74,14 @@ class _ReadMapDataset(MapDataset[Any]):
         if self._keys is not None:
             keys = np.asarray(self._keys(np.asarray(positions, dtype=np.int64))).tolist()
             if not self._records:
-                return self._source._getitems(keys)
+                return boxed(self._source._getitems(keys))
             metas = [RecordMetadata(p, k) for p, k in zip(positions, keys)]
         else:
             metas = [self._sampler[p] for p in positions]
             keys = [m.record_key for m in metas]
         data = self._source._getitems(keys)
         if not self._records:
-            return data
+            return boxed(data)
         return [Record(m, d) for m, d in zip(metas, data)]
 
     def _positions(self, indices: Indices) -> list[int]:
@@ -212,6 +214,7 @@ def worker_dataset(
             _ReadMapDataset(positions, sampler, source, shard, records=False),
             operations,
             read_options,
+            on_data=True,
         )
     records = _ReadMapDataset(positions, sampler, source, shard, records=True)
     wrapped = [_on_records(op, seed) for op in operations]
@@ -230,6 +233,14 @@ def stacked_by(dataset: IterDataset[Any], leaves_fn: Callable[[list[Any]], Any])
     last and unwrapped after: the batch of data is still the element sent next, so
     a worker can stack it straight into its shared memory.
     """
+    if (
+        isinstance(dataset, BatchIterDataset)
+        and isinstance(dataset._batch_fn, UnboxingBatch)
+        and dataset._batch_fn._fn is stack
+    ):
+        batched = copy.copy(dataset)  # data batched last: None records given back as None
+        batched._batch_fn = UnboxingBatch(functools.partial(stack, leaves_fn=leaves_fn))
+        return batched
     if isinstance(dataset, MapIterDataset) and dataset._fn is _data_of:
         batch = dataset._parent
         if isinstance(batch, BatchIterDataset) and getattr(batch._batch_fn, "_fn", None) is stack:
@@ -257,13 +268,30 @@ def _on_records(op: Any, seed: int | None) -> Any:
     raise TypeError(f"DataLoader: unsupported operation {op!r}.")
 
 
-def _apply(ds: MapDataset[Any], operations: Sequence[Any], read_options: ReadOptions | None) -> Any:
-    """Element-wise operations before the first batch run in the chunked reads."""
+def _apply(
+    ds: MapDataset[Any],
+    operations: Sequence[Any],
+    read_options: ReadOptions | None,
+    *,
+    on_data: bool = False,
+) -> Any:
+    """Element-wise operations before the first batch run in the chunked reads.
+
+    ``on_data``: the reads are the records' data, ``None`` carried as
+    ``NONE_RECORD`` (none_records.py) up to the first stage after them.
+    """
     rest = list(operations)
     while rest and isinstance(rest[0], (Map, Filter)):
         op = rest.pop(0)
-        ds = ds.filter(op) if isinstance(op, Filter) else ds.map(op)
+        if not on_data:
+            ds = ds.filter(op) if isinstance(op, Filter) else ds.map(op)
+        elif isinstance(op, Filter):
+            ds = none_records.FilterMapDataset(ds, op)
+        else:
+            ds = none_records.MapMapDataset(ds, op)
     it: Any = ds.to_iter_dataset(read_options)
+    if on_data and rest:
+        it, rest = _first_on_data(it, rest)
     for op in rest:
         if hasattr(op, "_loader_stage"):
             it = op._loader_stage(it)
@@ -276,3 +304,17 @@ def _apply(ds: MapDataset[Any], operations: Sequence[Any], read_options: ReadOpt
         else:
             it = FlatMapIterDataset(it, op)
     return it
+
+
+def _first_on_data(it: IterDataset[Any], rest: list[Any]) -> tuple[IterDataset[Any], list[Any]]:
+    """The first stage after the chunked reads of data, given ``None`` for ``NONE_RECORD``.
+
+    Returns the pipeline with that stage and the operations still to apply.
+    """
+    op, after = rest[0], rest[1:]
+    if isinstance(op, Batch) and not hasattr(op, "_loader_stage"):
+        batch_fn = UnboxingBatch(op.batch_fn or stack)
+        return it.batch(op.batch_size, drop_remainder=op.drop_remainder, batch_fn=batch_fn), after
+    if isinstance(op, FlatMap):
+        return FlatMapIterDataset(it, none_records.unboxing(op.flat_map, op)), after
+    return it.map(none_records.unbox), rest  # packing: one more call per record
