@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import pydoc
 import sys
 from typing import Any
 
@@ -9,6 +11,7 @@ import pytest
 
 import chute
 from chute import DatasetIterator, IterDataset, MapDataset, transforms
+from chute.experimental import ZipMapDataset
 
 
 class Squares(MapDataset[int]):
@@ -166,3 +169,19 @@ def test_iterating_a_map_dataset_skips_filtered_elements() -> None:
     assert ds[0] is None and ds[1] == 1
     assert list(ds) == [1, 3, 5, 7, 9]
     assert list(ds.to_iter_dataset(allow_nones=True))[:2] == [None, 1]
+
+
+def test_help_and_inspect_show_the_constructor_signature() -> None:
+    # Grain shows the same for MapDataset (not the metaclass's *args, **kwargs).
+    assert (
+        str(inspect.signature(MapDataset)) == "(parents: 'MapDataset | Sequence[MapDataset]' = ())"
+    )
+    assert str(inspect.signature(ZipMapDataset)) == "(parents: 'Sequence[MapDataset[Any]]')"
+    assert list(inspect.signature(type(MapDataset.range(3).map(str))).parameters) == [
+        "parent",
+        "transform",
+    ]
+    assert list(inspect.signature(DatasetIterator).parameters) == ["parents"]
+    page = pydoc.render_doc(MapDataset, renderer=pydoc.plaintext)
+    assert "MapDataset(parents: 'MapDataset | Sequence[MapDataset]' = ())" in page
+    assert "*args" not in page.split("\n", 5)[3]

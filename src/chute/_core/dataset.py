@@ -238,8 +238,10 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         """Groups consecutive elements of each epoch into batches.
 
         Each leaf of the elements' structure (dicts, tuples, lists, dataclasses)
-        is stacked into a numpy array with a new leading axis.  Filtered
-        (``None``) elements are left out.
+        is stacked into a numpy array with a new leading axis.  A MapDataset
+        batch cannot follow ``filter`` (or another stage that leaves ``None``
+        gaps): it raises ``ValueError``, as Grain does; batch after
+        ``to_iter_dataset()`` instead, which skips the filtered elements.
 
         Args:
             batch_size: Elements per batch (positive).
@@ -250,9 +252,15 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
             A MapDataset of ``ceil(len / batch_size)`` batches (``floor`` when
             ``drop_remainder``).
 
+        Raises:
+            ValueError: A ``filter`` comes before it.
+
         >>> ds = MapDataset.range(5).map(lambda x: {"x": x}).batch(2)
         >>> len(ds), ds[0], ds[2]
         (3, {'x': array([0, 1])}, {'x': array([4])})
+        >>> MapDataset.range(5).filter(lambda x: x > 1).batch(2)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: `MapDataset.batch` can not follow `MapDataset.filter` because ...
         """
         return _s.BatchMapDataset(
             self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn
@@ -262,7 +270,9 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         """Keeps elements where ``transform`` is true; the others read as ``None``.
 
         The length does not change: a filtered index reads as ``None``, and
-        iteration, ``batch`` and ``to_iter_dataset`` skip it.
+        iteration and ``to_iter_dataset`` skip it.  ``MapDataset.batch`` cannot
+        follow a filter (``ValueError``, as in Grain): batch after
+        ``to_iter_dataset()``.
 
         Args:
             transform: A predicate, or a ``chute.transforms.Filter``.
@@ -273,6 +283,8 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> ds = MapDataset.range(6).filter(lambda x: x % 3 == 0)
         >>> len(ds), ds[1], list(ds)
         (6, None, [0, 3])
+        >>> list(ds.to_iter_dataset().batch(2))
+        [array([0, 3])]
         """
         return _s.FilterMapDataset(self, transform)
 
