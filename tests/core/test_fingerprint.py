@@ -45,6 +45,18 @@ def test_a_state_from_a_bigger_shuffled_pipeline_is_refused_naming_the_stage() -
         iter(same_length.to_iter_dataset()).set_state(state)
 
 
+def test_a_refused_state_names_a_derived_seed_by_its_mark_not_its_number() -> None:
+    state = _after(MapDataset.range(100).seed(42).shuffle().to_iter_dataset(), 1)
+    other = MapDataset.range(100).seed(43).shuffle()
+    with pytest.raises(CheckpointError) as raised:
+        iter(other.to_iter_dataset()).set_state(state)
+    message = str(raised.value)
+    assert "this pipeline has shuffle(seed from .seed(43)) over 100 elements" in message
+    assert str(other._shuffle_seed) not in message
+    # The state still records the seed itself: any two seeds are told apart.
+    assert f"shuffle(seed={other._shuffle_seed}) over 100 elements" in fingerprint(other)
+
+
 def test_batched_and_unbatched_states_do_not_mix() -> None:
     base = MapDataset.range(100)
     batched = _after(base.batch(8).to_iter_dataset(), 3)

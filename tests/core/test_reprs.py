@@ -15,9 +15,31 @@ def test_dataset_repr_names_function_and_seed() -> None:
     assert "shuffle(seed=42)" in repr(ds)
 
 
-def test_dataset_repr_shows_the_seed_derived_from_a_mark() -> None:
+def test_dataset_repr_shows_the_mark_a_derived_seed_comes_from_not_the_number() -> None:
     ds = grain.MapDataset.range(10).seed(1).random_map(lambda x, rng: x)
-    assert repr(ds).endswith(f"<lambda>, seed={ds._rng_seed}))")
+    assert repr(ds).endswith("<lambda>, seed from .seed(1)))")
+    assert str(ds._rng_seed) not in repr(ds)
+    shuffled = grain.MapDataset.range(10).seed(42).shuffle().shuffle(seed=7)
+    assert "shuffle(seed from .seed(42))" in repr(shuffled) and "shuffle(seed=7)" in repr(shuffled)
+    window = grain.MapDataset.range(10).seed(3).to_iter_dataset()
+    assert repr(grain.experimental.WindowShuffleIterDataset(window, window_size=4)).endswith(
+        "window_size=4, seed from .seed(3))"
+    )
+
+
+def test_stage_names_show_only_the_seeds_the_user_wrote() -> None:
+    from chute._stats.graph import stage_graph
+
+    ds = grain.MapDataset.range(10).seed(42).shuffle().random_map(lambda x, rng: x)
+    ds = ds.shuffle(seed=7).to_iter_dataset()
+    names = [node.name for node in stage_graph(ds)]
+    assert names == [
+        "range",
+        "shuffle(seed from .seed(42))",
+        "random_map(<lambda>, seed from .seed(42))",
+        "shuffle(seed=7)",
+        "to_iter_dataset",
+    ]
 
 
 def test_repr_names_the_function_inside_a_transform_object() -> None:

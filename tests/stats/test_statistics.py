@@ -375,3 +375,24 @@ def test_verdict_suggests_smaller_dtypes_only_for_float_arrays(
     said = verdict(summary_of(10.0, "workers", float_share, workers=2))
     assert "busy only" in said and "send smaller elements" in said
     assert ("uint8 rather than float32" in said) == says_uint8
+
+
+def test_the_slice_chute_gives_each_worker_is_left_out_of_the_stages() -> None:
+    ds = MapDataset.range(64)[:48].map(str).batch(8).to_iter_dataset()  # the user's own slice
+    it = iter(tracked(ds.mp_prefetch(MultiprocessingOptions(num_workers=2))))
+    assert len(list(it)) == 6
+    stages = execution_summary(it).stages
+    names = [s.name for s in stages]
+    assert names[:5] == ["range", "slice", "map(str)", "batch(8)", "to_iter_dataset"]
+    assert names.count("slice") == 1 and "mp_prefetch(2 workers)" in names
+    assert [s.parents for s in stages] == [()] + [(k,) for k in range(len(stages) - 1)]
+    assert by_name(execution_summary(it))["batch(8)"].elements == 6
+
+
+def test_a_data_loader_shows_no_slice_of_its_workers(debug_mode: None) -> None:
+    it = iter(loader(2))
+    list(it)
+    stages = execution_summary(it).stages
+    assert "slice" not in [s.name for s in stages]
+    assert all(p < s.index for s in stages for p in s.parents)
+    assert stages[-1].parents == (stages[-2].index,)

@@ -44,6 +44,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from chute._core.seeding import seed_label
+
 #: Integer settings that change what a state's positions mean.
 _COUNTS = ("_batch_size", "_epochs", "_count", "_window")
 #: Stages whose kind reads better under the name of the method that builds them.
@@ -57,8 +59,12 @@ _KINDS = {
 _DATA = " from "
 
 
-def fingerprint(ds: Any) -> list[str]:
+def fingerprint(ds: Any, *, people: bool = False) -> list[str]:
     """One description per stage of ``ds``'s pipeline, sources first.
+
+    With ``people``, a seed derived from ``.seed()`` marks reads as the marks the
+    user wrote (``shuffle(seed from .seed(42))``), for messages; states record the
+    seeds themselves, which tell any two pipelines apart.
 
     >>> from chute import MapDataset
     >>> for part in fingerprint(MapDataset.range(4).shuffle(seed=3).batch(2).to_iter_dataset()):
@@ -69,30 +75,32 @@ def fingerprint(ds: Any) -> list[str]:
     to_iter_dataset
     """
     parts: list[str] = []
-    _walk(ds, parts, set())
+    _walk(ds, parts, set(), people)
     if _is_map_dataset(ds):  # iterating a MapDataset reads it with to_iter_dataset()
         parts.append("to_iter_dataset")
     return parts
 
 
-def _walk(node: Any, parts: list[str], seen: set[int]) -> None:
+def _walk(node: Any, parts: list[str], seen: set[int], people: bool) -> None:
     if id(node) in seen:  # a diamond: describe a shared parent once
         return
     seen.add(id(node))
     if not _mixes_by_name(node):
         for parent in getattr(node, "_parents", ()):
-            _walk(parent, parts, seen)
-    part = _describe(node)
+            _walk(parent, parts, seen, people)
+    part = _describe(node, people)
     if part is not None:
         parts.append(part)
 
 
-def _describe(node: Any) -> str | None:
+def _describe(node: Any, people: bool = False) -> str | None:
     name = type(node).__name__
     if name in ("WithOptionsIterDataset", "ErrorBudgetIterDataset"):
         return None  # options and budgets may change between runs
     fields = vars(node)
-    args = [f"seed={v}" for k, v in fields.items() if _is_seed(k, v)]
+    args = [
+        seed_label(node, v) if people else f"seed={v}" for k, v in fields.items() if _is_seed(k, v)
+    ]
     args += [f"{k[1:]}={fields[k]}" for k in _COUNTS if isinstance(fields.get(k), int)]
     kind = "mix(named)" if _mixes_by_name(node) else None
     kind = kind or fields.get("_label") or _KINDS.get(name) or _snake(name)
@@ -161,16 +169,21 @@ def _snake(class_name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", stem).lower()
 
 
-def first_difference(saved: Any, mine: list[str]) -> str | None:
-    """Why a state with fingerprint ``saved`` does not fit ``mine``, or None when it does."""
+def first_difference(saved: Any, mine: list[str], shown: list[str] | None = None) -> str | None:
+    """Why a state with fingerprint ``saved`` does not fit ``mine``, or None when it does.
+
+    ``shown``: ``mine`` as the message names it (``fingerprint(ds, people=True)``).
+    """
     if not isinstance(saved, list) or not all(isinstance(s, str) for s in saved):
         return f"its fingerprint is not a list of stage descriptions (got {saved!r})"
+    if shown is None or len(shown) != len(mine):
+        shown = mine
     for k, (old, new) in enumerate(zip(saved, mine)):
         if old != new:
-            return f"stage {k}: saved {old}, this pipeline has {new}"
+            return f"stage {k}: saved {old}, this pipeline has {shown[k]}"
     if len(saved) != len(mine):
         k = min(len(saved), len(mine))
-        extra = saved[k:] if len(saved) > k else mine[k:]
+        extra = saved[k:] if len(saved) > k else shown[k:]
         who = "the saved pipeline" if len(saved) > k else "this pipeline"
         return f"stage {k}: {who} has {len(extra)} more stage(s), starting with {extra[0]}"
     return None

@@ -254,8 +254,11 @@ class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
     def _check_fingerprint(self, state: Mapping[str, Any]) -> None:
         if self._pipeline is None or "fingerprint" not in state or self._allow_pipeline_change:
             return
-        problem = fingerprint.first_difference(state["fingerprint"], self._pipeline_fingerprint())
-        if problem is not None:
+        saved, mine = state["fingerprint"], self._pipeline_fingerprint()
+        problem = fingerprint.first_difference(saved, mine)
+        if problem is not None:  # said with the seeds as the user wrote them
+            shown = fingerprint.fingerprint(self._pipeline, people=True)
+            problem = fingerprint.first_difference(saved, mine, shown)
             raise errors.CheckpointError(
                 f"this checkpoint was saved by a different pipeline ({problem}). Build the "
                 "pipeline that saved it, or, if you changed it on purpose, restore with "

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 from chute._core.iterator import _as_tuple
 from chute._core.registry import stages as _s
-from chute._core.seeding import check_wide_seed
+from chute._core.seeding import check_wide_seed, seed_label
 from chute._core.transforms import (
     Batch,
     Filter,
@@ -143,7 +143,8 @@ class Node:
         for attribute, stage in _SEEDED_STAGES:
             seed = getattr(self, attribute, None)
             if seed is not None:
-                return f"{label[:-1]}, seed={seed})" if label else f"{stage}(seed={seed})"
+                seeded = seed_label(self, seed)  # a derived seed shows its .seed() marks
+                return f"{label[:-1]}, {seeded})" if label else f"{stage}({seeded})"
         return label
 
 

@@ -66,6 +66,26 @@ def check_wide_seed(seed: object, what: str = "seed") -> int:
 
 def derive_seed(node: _Node) -> int | None:
     """Derives the seed of a random stage from the ``.seed()`` marks above it."""
+    pairs = _mark_pairs(node)
+    if not pairs:
+        return None
+    return int(np.random.SeedSequence(pairs).generate_state(1, np.uint32)[0])
+
+
+def seed_label(node: Any, seed: int) -> str:
+    """How a stage's seed reads in its name: only what the user wrote.
+
+    ``seed=7`` for a seed passed to the stage, ``seed from .seed(42)`` for one
+    derived from the ``.seed()`` marks above it (``resolve_seed`` notes them).
+    """
+    marks = getattr(node, "_seed_marks", None)
+    if not marks:
+        return f"seed={seed}"
+    return "seed from " + ", ".join(f".seed({mark})" for mark in marks)
+
+
+def _mark_pairs(node: _Node) -> list[int]:
+    """``[seed, depth, seed, depth, ...]`` of the marks ``derive_seed`` reads (see the module)."""
     pairs: list[int] = []
     queue: collections.deque[tuple[Any, int]] = collections.deque([(node, 0)])
     while queue:
@@ -76,9 +96,7 @@ def derive_seed(node: _Node) -> int | None:
             continue
         for parent in getattr(current, "parents", ()):
             queue.append((parent, depth + 1))
-    if not pairs:
-        return None
-    return int(np.random.SeedSequence(pairs).generate_state(1, np.uint32)[0])
+    return pairs
 
 
 # Grain's words when a random stage has no seed (its window shuffles require one by signature).
@@ -104,6 +122,9 @@ def resolve_seed(node: _Node, explicit: int | None, stage: str, *, wide: bool = 
     if explicit is not None:
         check = check_wide_seed if wide else check_seed
         return check(explicit, f"{stage}: seed")
+    pairs = _mark_pairs(node)
+    if pairs:  # its name shows the marks the user wrote, not the number derived from them
+        node._seed_marks = tuple(pairs[::2])  # type: ignore[attr-defined]
     derived = derive_seed(node)
     if derived is None:
         advice = (

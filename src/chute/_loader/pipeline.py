@@ -45,6 +45,7 @@ from chute._stages._origin import function_name, locate
 from chute._stages.batch import BatchIterDataset, leaves_stacked_by
 from chute._stages.flat_map import FlatMapIterDataset
 from chute._stages.map import MapIterDataset
+from chute._stages.slicing import mark_internal
 from chute._stages.source_dataset import SourceMapDataset
 from chute._stages.streams import Stream, StreamMapDataset
 
@@ -208,7 +209,7 @@ def worker_dataset(
     """
     positions: MapDataset[int] = StreamMapDataset(stream)
     if worker_count > 1:
-        positions = positions.slice(slice(worker, None, worker_count))
+        positions = mark_internal(positions.slice(slice(worker, None, worker_count)))
     if not needs_records(operations):
         return _apply(
             _ReadMapDataset(positions, sampler, source, shard, records=False),

@@ -26,12 +26,23 @@ import copy
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from chute._core.dataset import IterDataset, MapDataset
 from chute._core.in_place_slice import shard_block
 
 Pick = Callable[[int], slice]
+_D = TypeVar("_D", bound=MapDataset[Any])
+
+#: Set on the slices (and stream views) made here: chute's own, which the statistics
+#: and pictures leave out of the pipeline they show the user.
+INTERNAL = "_chute_internal"
+
+
+def mark_internal(ds: _D) -> _D:
+    """``ds``, marked as a node chute made for a worker's share (``INTERNAL``)."""
+    setattr(ds, INTERNAL, True)
+    return ds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +119,7 @@ def sliced(
     """``ds`` rebuilt so that each MapDataset it reads gives only ``pick(len)``."""
     if to_source:
         return reshaped(ds, lambda m: push_down(m, pick), ordinals)
-    return reshaped(ds, lambda m: m.slice(pick(len(m))), ordinals)
+    return reshaped(ds, lambda m: mark_internal(m.slice(pick(len(m)))), ordinals)
 
 
 def push_down(top: MapDataset[Any], pick: Pick) -> MapDataset[Any]:
@@ -118,12 +129,12 @@ def push_down(top: MapDataset[Any], pick: Pick) -> MapDataset[Any]:
     chain, node = [], top
     while len(node.parents) == 1 and isinstance(node.parents[0], MapDataset):
         if isinstance(node, SliceMapDataset):
-            return top.slice(pick(len(top)))
+            return mark_internal(top.slice(pick(len(top))))
         chain.append(node)
         node = node.parents[0]
     if node.parents or isinstance(node, SliceMapDataset):
-        return top.slice(pick(len(top)))
-    rebuilt = node.slice(pick(len(node)))
+        return mark_internal(top.slice(pick(len(top))))
+    rebuilt = mark_internal(node.slice(pick(len(node))))
     for above in reversed(chain):
         copied = copy.copy(above)
         copied._parents = (rebuilt,)
@@ -161,6 +172,8 @@ def share_stream(ds: IterDataset[Any], worker: int, count: int, stream: Any) -> 
 
     return reshaped(
         ds,
-        lambda m: StreamView(m, stream).slice(slice(worker, None, count)),
+        lambda m: mark_internal(
+            mark_internal(StreamView(m, stream)).slice(slice(worker, None, count))
+        ),
         Ordinals(worker, count, stream),
     )

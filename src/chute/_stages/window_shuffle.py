@@ -28,7 +28,7 @@ import numpy as np
 
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
 from chute._core.index_shuffle import index_shuffle_array
-from chute._core.seeding import MAX_SEED, resolve_seed
+from chute._core.seeding import MAX_SEED, resolve_seed, seed_label
 from chute._core.state_check import (
     REACH,
     check_pulls,
@@ -109,7 +109,9 @@ class WindowShuffleMapDataset(MapDataset[Any]):
         return 0, int(np.asarray(self._parent_indices([index]))[0])
 
     def _describe(self) -> str:
-        return f"{self._parent!r}, window_size={self._window}, seed={self._shuffle_seed}"
+        return (
+            f"{self._parent!r}, window_size={self._window}, {seed_label(self, self._shuffle_seed)}"
+        )
 
 
 class WindowShuffleIterDataset(IterDataset[Any]):
@@ -137,7 +139,9 @@ class WindowShuffleIterDataset(IterDataset[Any]):
         return _WindowShuffleIterator(iter(self._parent), self._window, self._shuffle_seed)
 
     def _describe(self) -> str:
-        return f"{self._parent!r}, window_size={self._window}, seed={self._shuffle_seed}"
+        return (
+            f"{self._parent!r}, window_size={self._window}, {seed_label(self, self._shuffle_seed)}"
+        )
 
 
 class _WindowShuffleIterator(DatasetIterator[Any]):

@@ -96,7 +96,9 @@ class Collector:
         """This worker's stages and figures, for the parent (plain data)."""
         self.due = False
         if self._shape is None:  # datasets never change: the graph is walked once
-            self._shape = [(n.name, n.kind, n.parents) for n in stage_graph(self.ds, specs=False)]
+            self._shape = [
+                (n.name, n.kind, n.parents, n.internal) for n in stage_graph(self.ds, specs=False)
+            ]
         figures = [None if r is None else r.snapshot() for r in self.records]
         return {"stages": self._shape, "figures": self._with_retries(figures)}
 
@@ -139,7 +141,7 @@ class Collector:
         if self._implicit:
             node = StageNode(len(out), self._implicit, self._implicit, (len(out) - 1,))
             out.append((node, "main", self.outer.snapshot()))
-        return out
+        return shown(out)
 
     def _worker_rows(self, pool: int, out: list[Row]) -> int | None:
         return merged_rows(self._reports(pool), "workers", out)
@@ -175,12 +177,30 @@ def merged_rows(reports: list[dict[str, Any]], where: str, out: list[Row]) -> in
         return None
     shape = reports[0]["stages"]
     offset = len(out)
-    for k, (name, kind, parents) in enumerate(shape):
+    for k, (name, kind, parents, internal) in enumerate(shape):
         figures = [r["figures"][k] for r in reports if len(r["figures"]) == len(shape)]
         merged = _records.merged([f for f in figures if f is not None])
-        node = StageNode(offset + k, name, kind, tuple(offset + p for p in parents))
+        parents = tuple(offset + p for p in parents)
+        node = StageNode(offset + k, name, kind, parents, internal=internal)
         out.append((node, where, merged))
     return len(out) - 1
+
+
+def shown(rows: list[Row]) -> list[Row]:
+    """``rows`` without the nodes chute made itself (a worker's slice), renumbered: each
+    stage that read one reads its parents instead."""
+    if not any(node.internal for node, _, _ in rows):
+        return rows
+    out: list[Row] = []
+    now: dict[int, tuple[int, ...]] = {}  # old index -> the shown stages it stands for
+    for node, where, figures in rows:
+        parents = tuple(p for old in node.parents for p in now.get(old, ()))
+        if node.internal:
+            now[node.index] = parents
+            continue
+        now[node.index] = (len(out),)
+        out.append((StageNode(len(out), node.name, node.kind, parents, node.spec), where, figures))
+    return out
 
 
 class LoaderCollector:
@@ -213,7 +233,7 @@ class LoaderCollector:
         top = merged_rows(reports, "main" if in_process else "workers", out)
         node = StageNode(len(out), self._name, "DataLoader", () if top is None else (top,))
         out.append((node, "main", self.outer.snapshot()))
-        return out
+        return shown(out)
 
     def worker_count(self) -> int:
         return sum(getattr(w, "_stats", None) is not None for w in self._workers())

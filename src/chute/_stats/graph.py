@@ -11,6 +11,8 @@ import dataclasses
 import re
 from typing import Any
 
+from chute._stages.slicing import INTERNAL  # the mark of the nodes chute makes for workers
+
 __all__ = ["StageNode", "post_order", "retries_of", "spec_text", "stage_graph", "stage_label"]
 
 _SUFFIX = re.compile(r"(Map|Iter)?Dataset$")
@@ -26,6 +28,8 @@ class StageNode:
       kind: the dataset class, e.g. ``MapMapDataset``.
       parents: the indices of the stages it reads from.
       spec: its element spec as text (``'?'`` where it cannot be told unread).
+      internal: a node chute made itself (a worker's slice of the pipeline), which the
+        statistics leave out of what they show.
     """
 
     index: int
@@ -33,6 +37,7 @@ class StageNode:
     kind: str
     parents: tuple[int, ...]
     spec: str = "?"
+    internal: bool = False
 
 
 def stage_label(ds: Any) -> str:
@@ -127,6 +132,7 @@ def stage_graph(ds: Any, *, specs: bool = True) -> list[StageNode]:
             kind=type(node).__name__,
             parents=tuple(index_of[id(p)] for p in _parents(node)),
             spec=spec_text(node) if specs else "?",
+            internal=bool(getattr(node, "__dict__", {}).get(INTERNAL)),
         )
         for i, node in enumerate(order)
     ]
