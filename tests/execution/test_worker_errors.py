@@ -87,6 +87,63 @@ def test_a_corrupt_record_read_in_a_worker_is_reported_in_a_few_lines(
     assert len(stderr.splitlines()) <= 16, stderr
 
 
+MAIN_ERROR = """
+import chute as grain
+
+
+class MyError(Exception):
+    pass
+
+
+def check(x):
+    if x == 3:
+        raise MyError("element three is bad")
+    return x
+
+
+def caught(iterable):
+    try:
+        list(iterable)
+    except MyError as exc:
+        note = "worker process 1 of 2" in exc.__notes__[-1]
+        return f"caught {type(exc) is MyError} note {note}"
+    except Exception as exc:
+        return f"missed {type(exc)!r}"
+    return "nothing raised"
+
+
+ds = grain.MapDataset.range(6).map(check).to_iter_dataset()
+print("mp_prefetch", caught(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2))))
+loader = grain.DataLoader(
+    data_source=list(range(6)),
+    sampler=grain.SequentialSampler(num_records=6),
+    operations=[grain.transforms.Map(check)],
+    worker_count=2,
+)
+print("DataLoader", caught(loader))
+"""
+
+
+@pytest.mark.parametrize("start", ["fork", "forkserver"])
+def test_an_exception_class_of_the_script_is_caught_by_its_except(
+    start: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "train.py"
+    path.write_text(MAIN_ERROR)
+    done = subprocess.run(
+        [sys.executable, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={**os.environ, "CHUTE_WORKER_START": start},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "mp_prefetch caught True note True",
+        "DataLoader caught True note True",
+    ], done.stdout + done.stderr
+
+
 def test_the_short_traceback_keeps_a_distinct_cause() -> None:
     def parse(text: str) -> int:
         try:

@@ -1,7 +1,8 @@
 """Exceptions raised in a worker process, as the parent shows them.
 
 The worker pickles the exception (notes included; its traceback cannot
-travel) and formats two tracebacks: the full one, and a short one that keeps
+travel; a class of the script's ``__main__`` by name, so that the parent's
+``except`` catches it) and formats two tracebacks: the full one, and a short one that keeps
 only the frames of the user's code (chute's own frames and the thread and
 process machinery left out; the innermost frame when none is the user's),
 without repeating the message and without the copy of the exception that a
@@ -24,9 +25,11 @@ KeyError('missing')
 
 from __future__ import annotations
 
+import io
 import logging
 import multiprocessing
 import os
+import sys
 import threading
 import traceback
 from typing import Any
@@ -53,10 +56,38 @@ def report(exc: BaseException) -> Report:
     """(the pickled exception or None if it cannot be pickled, full traceback, short one)."""
     full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
-        pickled: bytes | None = cloudpickle.dumps(exc)
+        pickled: bytes | None = _dumps(exc)
     except Exception:
         pickled = None
     return pickled, full, short_traceback(exc)
+
+
+class _MainByName(cloudpickle.Pickler):
+    """cloudpickle, but a class of the ``__main__`` that a forked worker shares with its
+    parent goes by name, so the parent's ``except MyError:`` catches it (by value, the
+    parent would build a look-alike class).  A worker started otherwise has no such class
+    in its ``__main__``: cloudpickle sends the class back to the parent that sent it."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, type) and _in_main(obj):
+            return NotImplemented  # pickle's own way for a class: its module and name
+        return super().reducer_override(obj)
+
+
+def _in_main(cls: type) -> bool:
+    """Whether ``cls`` is reached by its name in this process's ``__main__``."""
+    if cls.__module__ != "__main__":
+        return False
+    found: Any = sys.modules.get("__main__")
+    for part in cls.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return found is cls
+
+
+def _dumps(exc: BaseException) -> bytes:
+    buffer = io.BytesIO()
+    _MainByName(buffer).dump(exc)
+    return buffer.getvalue()
 
 
 def rebuild(value: Report, worker: int, count: int, node: str | None = None) -> BaseException:
