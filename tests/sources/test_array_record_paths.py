@@ -44,6 +44,15 @@ def test_a_wrong_shard_count_names_the_counts_that_exist(tmp_path: Path) -> None
         ArrayRecordDataSource(prefix + "@5")
 
 
+def test_a_shard_spec_with_no_shards_names_the_files_it_looked_for(tmp_path: Path) -> None:
+    prefix = str(tmp_path / "data" / "nope")
+    with pytest.raises(FileNotFoundError) as raised:
+        ArrayRecordDataSource(prefix + "@4")
+    message = str(raised.value)
+    assert f"no such file: {prefix}-00000-of-00004.array_record," in message
+    assert f"{prefix}-00003-of-00004.array_record, each with or without .array_record" in message
+
+
 def test_a_shard_spec_with_missing_shards_names_them(tmp_path: Path) -> None:
     write_array_record(RECORDS, tmp_path / "train", num_shards=4)
     os.remove(tmp_path / "train-00002-of-00004.array_record")

@@ -94,10 +94,12 @@ def _spec(path: str, prefix: str, count: int) -> list[Entry]:
             f"{_WHAT}: {path} names {count} shards, but {len(missing)} are missing: "
             f"{shown}{more}; rewrite them or pass the files that exist."
         )
-    if not sets:
+    if not sets:  # the names it looked for, with the suffix and without
+        first, last = (f"{prefix}-{i:05d}-of-{count:05d}" for i in (0, count - 1))
         raise FileNotFoundError(
-            f"{_WHAT}: no such file: {missing[0]!r} ({path} names {count} shards, and no "
-            f"file is named {prefix}-NNNNN-of-NNNNN); check the path."
+            f"{_WHAT}: no such file: {first}{_SUFFIX}, nor any of the {count} shards {path} "
+            f"names ({first}{_SUFFIX} to {last}{_SUFFIX}, each with or without {_SUFFIX}); "
+            "check the path."
         )
     raise FileNotFoundError(
         f"{_WHAT}: {path} names {count} shards, but {shard_sets_text(prefix, sets)}."
