@@ -178,6 +178,95 @@ def test_meta_features_are_packed_or_listed() -> None:
     assert [w.tolist() for w in first["w"]] == [[0.5, 0.5, 0.5], [1.0, 2.0]]
 
 
+def _nested_rows() -> list[dict[str, Any]]:
+    rows = []
+    for i in range(7):
+        nested = {"a": np.full((2,), i), "b": np.arange(1 + i % 2) + 100 * i, "z": np.array([9])}
+        rows.append({"row": np.arange(1 + i % 3) + 10 * i, "nested": nested, "tag": i})
+    return rows
+
+
+def _nested_lists(out: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**x, "nested": {k: v.tolist() for k, v in x["nested"].items()}} for x in _lists(out)]
+
+
+@pytest.mark.parametrize("cls", [FF, BF])
+def test_a_nested_meta_feature_is_packed_leaf_by_leaf_like_grain(cls: type) -> None:
+    out = list(
+        cls(
+            MapDataset.source(_nested_rows()).to_iter_dataset(),
+            length_struct={"row": 6, "nested": {"a": 6, "b": 4}},
+            num_packing_bins=2,
+            meta_features=["nested", "tag"],
+            padding_struct={"row": -1, "nested": {"a": -2, "b": -3}},
+        )
+    )
+    # Grain 0.2.18's output (shuffled bins, seed 0); the unnamed nested['z'] is dropped.
+    assert _nested_lists(out) == [
+        {
+            "row": [0, 10, 11, 20, 21, 22],
+            "nested": {"a": [0, 0, 1, 1, 2, 2], "b": [0, 100, 101, 200]},
+            "tag": [0, 1, 2],
+            "row_segment_ids": [1, 2, 2, 3, 3, 3],
+            "row_positions": [0, 0, 1, 0, 1, 2],
+        },
+        {
+            "row": [30, 40, 41, -1, -1, -1],
+            "nested": {"a": [3, 3, 4, 4, -2, -2], "b": [300, 301, 400, -3]},
+            "tag": [3, 4],
+            "row_segment_ids": [1, 2, 2, 0, 0, 0],
+            "row_positions": [0, 0, 1, 0, 0, 0],
+        },
+        {
+            "row": [50, 51, 52, 60, -1, -1],
+            "nested": {"a": [5, 5, 6, 6, -2, -2], "b": [500, 501, 600, -3]},
+            "tag": [5, 6],
+            "row_segment_ids": [1, 1, 1, 2, 0, 0],
+            "row_positions": [0, 1, 2, 0, 0, 0],
+        },
+    ]
+
+
+def test_a_nested_meta_feature_counts_for_the_fit_and_its_alignment() -> None:
+    out = _pack(
+        FF,
+        _nested_rows(),
+        length_struct={"row": 6, "nested": {"a": 6, "b": 4}},
+        num_packing_bins=2,
+        meta_features=["nested"],
+        pack_alignment_struct={"row": 2, "nested": {"b": 4}},
+        shuffle_bins=True,
+    )
+    # Grain 0.2.18: nested['b'] aligned to 4 fills its bin, so each bin holds one element.
+    assert [x["row"].tolist() for x in out] == [
+        [0, 0, 0, 0, 0, 0],
+        [10, 11, 0, 0, 0, 0],
+        [20, 21, 22, 0, 0, 0],
+        [30, 0, 0, 0, 0, 0],
+        [50, 51, 52, 0, 0, 0],
+        [40, 41, 0, 0, 0, 0],
+        [60, 0, 0, 0, 0, 0],
+    ]
+    assert [x["nested"]["b"].tolist() for x in out][:2] == [[0, 0, 0, 0], [100, 101, 0, 0]]
+
+
+@pytest.mark.parametrize("cls", [FF, BF])
+def test_an_unmarked_nested_feature_raises_grains_error_when_iterated(cls: type) -> None:
+    ds = cls(
+        MapDataset.source(_nested_rows()).to_iter_dataset(),
+        length_struct={"row": 6, "nested": {"a": 6}},
+        num_packing_bins=2,
+    )
+    with pytest.raises(ValueError) as info:
+        next(iter(ds))
+    message = str(info.value)
+    assert message.startswith(
+        "Failed to extract segment ids for 'nested', which has type <class 'dict'> rather "
+        "than np.ndarray. Perhaps it should be marked as a meta feature? chute: "
+    )
+    assert "meta_features" in message.split("chute: ")[1]
+
+
 def test_alignment_starts_each_sequence_on_a_multiple() -> None:
     rows = [
         {"inputs": np.arange(10 * i + 1, 10 * i + 1 + n)} for i, n in enumerate([3, 2, 5, 1, 4])

@@ -156,7 +156,7 @@ def test_packing_matches_a_plain_reference(lens: list[int], bins: int, best: boo
         ({"length_struct": {"inputs": 4.0}}, TypeError, "must be an int"),
         ({"length_struct": 8}, TypeError, "non-empty dict"),
         ({"length_struct": {}}, TypeError, "non-empty dict"),
-        ({"length_struct": {"a": {"x": 4}}}, TypeError, "must be an int"),
+        ({"length_struct": {"a": {"x": 4.0}}}, TypeError, r"length_struct\['a'\]\['x'\]"),
         ({"num_packing_bins": 0}, ValueError, "num_packing_bins must be >= 1"),
         ({"num_packing_bins": -1}, ValueError, "num_packing_bins must be >= 1"),
         ({"num_packing_bins": 2.0}, TypeError, "num_packing_bins must be an int"),
