@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from chute._core.errors import add_note
+
 __all__ = ["as_index", "converted", "numpy_index_type", "read_at", "read_untyped"]
 
 #: The numpy type of the index ``ds[i]`` is reading, or None for a Python int.
@@ -98,8 +100,9 @@ def converted(values: Sequence[int], kind: type[np.integer], where: str) -> list
     try:
         return [kind(v) for v in values]
     except OverflowError as exc:
-        exc.add_note(
+        add_note(
+            exc,
             f"chute: {where} gives elements of the index's type ({kind.__name__}), as Grain "
-            "does, and a value does not fit it; index with an int or np.int64."
+            "does, and a value does not fit it; index with an int or np.int64.",
         )
         raise

@@ -105,7 +105,7 @@ class _CheckedInit(abc.ABCMeta):
     @property
     def __signature__(cls) -> inspect.Signature:
         """``__init__``'s parameters, not ``__call__``'s, for ``help()`` and ``inspect``."""
-        init = inspect.signature(cls.__init__)
+        init = inspect.signature(cls.__init__)  # type: ignore[misc]  # the class's own
         return init.replace(
             parameters=list(init.parameters.values())[1:],
             return_annotation=inspect.Signature.empty,
