@@ -372,8 +372,13 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
     def slice(self, sl: slice | Sequence[int]) -> MapDataset[T]:
         """The elements at a slice or a sequence of indices.
 
+        A sequence (chute's addition) picks positions of the first epoch, as
+        numpy's indexing does: ``-1`` is position ``len - 1`` and a position
+        outside ``[-len, len)`` is an ``IndexError``.  (``ds[i]`` instead reads
+        any integer as Grain does, ``-1`` being the last element of epoch -1.)
+
         Args:
-            sl: A ``slice``, or a sequence of indices (chute's addition).
+            sl: A ``slice``, or a sequence of positions.
 
         Returns:
             A MapDataset of the selected elements, in the order given.
