@@ -130,3 +130,28 @@ def test_a_budget_over_workers_keeps_the_batches_of_an_error_free_run() -> None:
     with iter(skip_errors(_workers(clean), max_errors=3)) as it:
         budgeted = [b.tolist() for b in it]
     assert budgeted == plain
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_skipped_records_name_the_file_and_record_the_source_knows(
+    tmp_path: pytest.TempPathFactory, workers: int
+) -> None:
+    pytest.importorskip("array_record")
+    from chute import ArrayRecordDataSource
+    from chute._sources.array_record.writer import write_array_record
+
+    files = write_array_record([b"%d" % i for i in range(100)], f"{tmp_path}/train", num_shards=4)
+    ds = MapDataset.source(ArrayRecordDataSource(files)).map(lambda r: decode(int(r)))
+    pipeline = skip_errors(ds.to_iter_dataset(), max_errors=5)
+    if workers:
+        pipeline = _workers(pipeline)
+    it = iter(pipeline)
+    try:
+        assert sorted(it) == [x for x in range(100) if x not in BAD]
+        skipped = sorted(it.skipped, key=lambda e: e["index"])
+    finally:
+        it.close()
+    # The writer deals records out to the shards in turn (25 a shard): 96 is record 24 of
+    # shard 0, source index 24; 5 is record 1 of shard 1, source index 26.
+    where = [(e["index"], e["source_index"], e["file"], e["record"]) for e in skipped]
+    assert where == [(24, 24, files[0], 24), (26, 26, files[1], 1)]

@@ -228,8 +228,10 @@ class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
     def skipped(self) -> list[dict[str, Any]]:
         """chute only: the records that error budgets in this pipeline skipped so far.
 
-        One dict per record (position, stage, element index, error), from every
-        budget before this iterator, worker processes' included.
+        One dict per record (position, stage, element index, error, and where the
+        source knows them, as the error's note does: ``source_index``, ``file``,
+        ``record``, or a TFRecord's byte ``offset``), from every budget before this
+        iterator, worker processes' included.
         """
         return skipped_records(self)
 

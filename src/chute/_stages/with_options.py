@@ -35,6 +35,15 @@ from chute._stages._record_batches import records_batched
 logger = logging.getLogger("chute")
 
 
+#: The keys of a skip record that say where its element came from, and the error's attribute.
+_ORIGIN = (
+    ("source_index", "chute_source_index"),
+    ("file", "chute_source_file"),
+    ("record", "chute_source_record"),
+    ("offset", "chute_source_offset"),
+)
+
+
 class WithOptionsIterDataset(IterDataset[Any]):
     """``parent`` with ``options`` applied to its whole pipeline.
 
@@ -171,6 +180,10 @@ class _ErrorBudgetIterator(DatasetIterator[Any]):
             "index": getattr(exc, "chute_element_index", None),
             "error": f"{type(exc).__name__}: {exc}"[:200],
         }
+        for key, attribute in _ORIGIN:  # where the source knows them, as the error's note
+            value = getattr(exc, attribute, None)
+            if value is not None:
+                entry[key] = value
         self._skipped.append(entry)
         limit = self._over_budget()
         if limit is not None:
