@@ -89,6 +89,20 @@ def test_works_on_records_when_an_operation_needs_their_metadata() -> None:
     assert [_plain(b[0]) for b in _loader(ops, sampler=sampler)] == SHUFFLED
 
 
+def test_called_on_a_list_of_records_as_grains_tests_do() -> None:
+    records = [grain.Record(grain.RecordMetadata(index=i), x) for i, x in enumerate(DATA[:4])]
+    op = PackAndBatchOperation(length_struct=8, batch_size=2)
+    from_list = list(op(records))
+    from_iterator = list(op(iter(records)))
+    assert [_plain(r.data) for r in from_list] == [_plain(r.data) for r in from_iterator]
+    assert [r.metadata.index for r in from_list] == [3]
+    # Grain 0.2.18: one batch of two rows, [100 101 102 200 201 202 203 204] and [300 ...].
+    assert _plain(from_list[0].data[0]) == [
+        [100, 101, 102, 200, 201, 202, 203, 204],
+        [300, 301, 400, 401, 402, 403, 0, 0],
+    ]
+
+
 def test_length_struct_may_be_any_tree() -> None:
     a = lambda *v: np.array(v, np.int32)  # noqa: E731
     pairs = [(a(1, 2), a(3)), (a(4), a(5, 6)), (a(7, 8, 9), a(1))]

@@ -16,7 +16,7 @@ write it as a chute transform instead (``Map``, ``Filter``, ``Batch``, ...).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset
@@ -40,15 +40,16 @@ def records_out(
 
 
 class IteratorIterDataset(IterDataset[Any]):
-    """A plain iterator as a one-pass IterDataset, so chute stages can run over it.
+    """A plain iterator (or any iterable) as a one-pass IterDataset, for chute's stages.
 
     Its iterator's state counts the elements taken; it cannot be restored (the
     iterator cannot go back): it is used only inside ``op(iterator)``.
     """
 
-    def __init__(self, iterator: Iterator[Any]) -> None:
+    def __init__(self, iterator: Iterable[Any]) -> None:
         super().__init__()
-        self._iterator = iterator
+        # Grain's operations take any iterable of records (a list in its own tests).
+        self._iterator = iter(iterator)
 
     def __iter__(self) -> DatasetIterator[Any]:
         return _PlainIterator(self._iterator)

@@ -16,7 +16,7 @@ For datasets, use ``FirstFitPackIterDataset``: this operation works only in
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -130,8 +130,8 @@ class PackAndBatchOperation(Batch):
         """This operation for a loader that passes ``Record``s between operations."""
         return _OnRecords(self)
 
-    def __call__(self, input_iterator: Iterator[Any]) -> Iterator[Any]:
-        """Packs an iterator of records, as Grain's legacy operations are called."""
+    def __call__(self, input_iterator: Iterable[Any]) -> Iterator[Any]:
+        """Packs an iterator (or any iterable) of records, as Grain's operations are called."""
         return iter(
             PackAndBatchIterDataset(IteratorIterDataset(input_iterator), self, records=True)
         )
