@@ -109,3 +109,17 @@ def test_legacy_namespace_is_the_same_objects() -> None:
         chute.experimental.ThreadPrefetchDatasetIterator
     )
     assert legacy.experimental.__all__ == chute.experimental.__all__
+
+
+def test_the_readme_marks_new_only_names_grain_lacks() -> None:
+    """A row of the README's table of Grain names that starts with "| — |" says chute added
+    the names it writes as ``chute.X``: none of them may be one of Grain 0.2.18's."""
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    grain_names = {name for names in GRAIN_0_2_18.values() for name in names}
+    for row in (line for line in readme.splitlines() if line.startswith("| — |")):
+        named = row.split("|")[2]
+        found = {n.rpartition(".")[2] for n in re.findall(r"`chute\.([\w.]+)`", named)}
+        assert not found & grain_names, f"{sorted(found & grain_names)} are Grain's: {row}"

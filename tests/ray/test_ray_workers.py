@@ -487,3 +487,26 @@ def test_chute_profile_shows_the_ray_workers_and_their_node(
     assert status == 0
     assert "mp_prefetch(2 Ray workers)" in out and "map(<lambda>)" in out
     assert "Ray workers on " in out and "object store" in out
+
+
+def _mebibyte(x: int) -> np.ndarray:
+    return np.full((1024, 1024), x % 256, np.uint8)  # not inlined: it goes to the store
+
+
+def test_a_worker_holds_at_most_its_buffer_plus_two_calls_in_the_object_store() -> None:
+    # The README's bound: per_worker_buffer_size + 1 calls in flight, and the call whose
+    # elements are being handed out (its arrays are read in place, so it stays pinned).
+    readme = (Path(__file__).parent.parent.parent / "README.md").read_text()
+    assert "`per_worker_buffer_size + 2` calls a worker in the store" in readme
+    ds = grain.MapDataset.range(48).to_iter_dataset().map(_mebibyte)
+    options = MultiprocessingOptions(num_workers=2, per_worker_buffer_size=2)
+    most = [0, 0]
+    with iter(ds.mp_prefetch(options, executor=RayExecutor())) as it:
+        workers = it._parents
+        for n, element in enumerate(it):
+            assert int(element[0, 0]) == n
+            for w, worker in enumerate(workers):
+                requested, reading = len(worker._in_flight), 1 if worker._received else 0
+                assert requested <= options.per_worker_buffer_size + 1
+                most[w] = max(most[w], requested + reading)
+    assert most == [options.per_worker_buffer_size + 2] * 2
