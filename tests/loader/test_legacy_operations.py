@@ -50,6 +50,22 @@ def test_batch_operation_drops_the_remainder_when_asked() -> None:
     assert got == [[0, 1, 2], [3, 4, 5]]
 
 
+def test_batch_operation_on_records_of_different_structures_raises_grains_type_error() -> None:
+    from chute._core.tree import StructureMismatchError
+
+    records = [Record(RecordMetadata(index=i), d) for i, d in enumerate([{"a": 1}, {"b": 2}])]
+    with pytest.raises(TypeError) as info:
+        list(chute.BatchOperation(batch_size=2)(records))
+    # Grain 0.2.18 raises TypeError; chute's error is still the StructureMismatchError
+    # (a ValueError) it raised before.
+    assert isinstance(info.value, (StructureMismatchError, ValueError))
+    message = str(info.value)
+    assert message.startswith(
+        "Record structures do not match. Record at position 0 has structure {'a': int}, "
+        "while records at positions [1] have structures [{'b': int}]. chute: "
+    )
+
+
 def test_pack_and_batch_operation_is_callable_on_records() -> None:
     records = (
         Record(RecordMetadata(index=i, record_key=i), np.arange(1, n + 1))

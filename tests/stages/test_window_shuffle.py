@@ -117,6 +117,18 @@ def test_window_shuffle_rejects_bad_arguments() -> None:
             cls(parent, 2, 0)  # keyword-only, as in Grain
 
 
+@pytest.mark.parametrize("seed", [2**32, 2**40, -1])
+def test_window_shuffle_seed_out_of_range_is_a_type_error_as_in_grain(seed: int) -> None:
+    for cls, parent in [
+        (WindowShuffleMapDataset, MapDataset.range(5)),
+        (WindowShuffleIterDataset, MapDataset.range(5).to_iter_dataset()),
+    ]:
+        # Grain 0.2.18 raises TypeError; chute's is also the ValueError it raised before.
+        with pytest.raises(TypeError, match=r"seed must be an int in \[0, 2\*\*32\)") as info:
+            cls(parent, window_size=2, seed=seed)
+        assert isinstance(info.value, ValueError)
+
+
 def test_window_shuffle_restores_from_every_checkpoint() -> None:
     source = MapDataset.range(23).shuffle(seed=1)
     for window in [1, 4, 23, 30]:

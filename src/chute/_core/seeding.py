@@ -27,18 +27,26 @@ class _Node(Protocol):
     def parents(self) -> tuple[Any, ...]: ...
 
 
-def check_seed(seed: object, what: str = "seed") -> int:
+class SeedRangeError(TypeError, ValueError):
+    """A seed outside ``[0, 2**32)`` for a window shuffle: a ``TypeError``, as Grain
+    raises there, and still the ``ValueError`` that chute raised before."""
+
+
+def check_seed(
+    seed: object, what: str = "seed", *, out_of_range: type[ValueError] = ValueError
+) -> int:
     """Returns ``seed`` as an int after checking it is in ``[0, 2**32)``.
 
     Shuffles key their cipher with the seed, so it must fit in 32 bits (as in
-    Grain, whose message the error starts with).
+    Grain, whose message the error starts with).  ``out_of_range`` is the
+    error raised for an int outside that range.
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(
             f"{what} must be an int in [0, 2**32) (got {seed!r} that is a {type(seed).__name__})."
         )
     if not 0 <= int(seed) < MAX_SEED:
-        raise ValueError(
+        raise out_of_range(
             f"Seed must be an integer between 0 and 2**32-1 (got seed={seed}). "
             f"chute: {what} must be an int in [0, 2**32) (got {seed})."
         )
@@ -110,7 +118,14 @@ _GRAINS_NO_SEED = {
 }
 
 
-def resolve_seed(node: _Node, explicit: int | None, stage: str, *, wide: bool = False) -> int:
+def resolve_seed(
+    node: _Node,
+    explicit: int | None,
+    stage: str,
+    *,
+    wide: bool = False,
+    out_of_range: type[ValueError] = ValueError,
+) -> int:
     """Returns the explicit seed or the derived one; raises if there is none.
 
     Args:
@@ -118,10 +133,13 @@ def resolve_seed(node: _Node, explicit: int | None, stage: str, *, wide: bool = 
         explicit: The seed given to the stage, if any.
         stage: The stage's name, for messages.
         wide: Accept any explicit int >= 0 (``random_map``), not only 32-bit ones.
+        out_of_range: The error for a 32-bit seed out of range (``SeedRangeError``
+            where Grain raises a ``TypeError``).
     """
     if explicit is not None:
-        check = check_wide_seed if wide else check_seed
-        return check(explicit, f"{stage}: seed")
+        if wide:
+            return check_wide_seed(explicit, f"{stage}: seed")
+        return check_seed(explicit, f"{stage}: seed", out_of_range=out_of_range)
     pairs = _mark_pairs(node)
     if pairs:  # its name shows the marks the user wrote, not the number derived from them
         node._seed_marks = tuple(pairs[::2])  # type: ignore[attr-defined]

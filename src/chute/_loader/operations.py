@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from chute._core.transforms import Batch, Filter, Map, RandomMap
-from chute._core.tree import stack
+from chute._core.tree import StructureMismatchError, describe, stack
 from chute._loader.legacy_operation import records_out
 from chute._loader.record import Record
 
@@ -96,17 +96,59 @@ class BatchOperation(Batch):
     def _grains_low_size(self) -> str:
         return f"batch_size must be a positive integer. Got {self.batch_size}."
 
-    def __call__(self, input_iterator: Iterator[Record]) -> Iterator[Record]:
-        """Batches of an iterator's records, each with the metadata of its last record."""
-        combine = self.batch_fn or stack
+    def __call__(self, input_iterator: Iterable[Record]) -> Iterator[Record]:
+        """Batches of an iterator's records, each with the metadata of its last record.
+
+        Records of different structures raise ``RecordStructureMismatchError`` (a
+        ``TypeError``, as in Grain, and a ``ValueError``).
+        """
         batch: list[Record] = []
         for record in input_iterator:
             batch.append(record)
             if len(batch) == self.batch_size:
-                yield Record(record.metadata.remove_record_key(), combine([r.data for r in batch]))
+                yield Record(record.metadata.remove_record_key(), self._combine(batch))
                 batch = []
         if batch and not self.drop_remainder:
-            yield Record(batch[-1].metadata.remove_record_key(), combine([r.data for r in batch]))
+            yield Record(batch[-1].metadata.remove_record_key(), self._combine(batch))
+
+    def _combine(self, records: list[Record]) -> Any:
+        data = [r.data for r in records]
+        if self.batch_fn is not None:
+            return self.batch_fn(data)
+        try:
+            return stack(data)
+        except StructureMismatchError:
+            raise _records_mismatch(data) from None
+
+
+class RecordStructureMismatchError(StructureMismatchError, TypeError):
+    """Records batched by ``BatchOperation`` differ in structure.
+
+    A ``TypeError``, as Grain raises, and still the ``StructureMismatchError``
+    (a ``ValueError``) that chute raised before.
+    """
+
+
+def _records_mismatch(data: list[Any]) -> RecordStructureMismatchError:
+    """Grain's sentence naming the records unlike the first, then chute's advice."""
+    first = _structure(data[0])
+    others = [p for p, d in enumerate(data) if _structure(d) != first]
+    return RecordStructureMismatchError(
+        f"Record structures do not match. Record at position 0 has structure "
+        f"{describe(data[0])}, while records at positions {others} have structures "
+        f"[{', '.join(describe(data[p]) for p in others)}]. chute: BatchOperation stacks "
+        "the data of records with one structure; make every record's data the same "
+        "structure, or pass batch_fn= to combine them yourself."
+    )
+
+
+def _structure(tree: Any) -> Any:
+    """What must match for records to stack: containers and keys, not the leaves."""
+    if isinstance(tree, Mapping):
+        return ("mapping", sorted((repr(k), _structure(v)) for k, v in tree.items()))
+    if isinstance(tree, (list, tuple)):
+        return (type(tree), [_structure(v) for v in tree])
+    return None if tree is None else "leaf"
 
 
 @typing.runtime_checkable

@@ -16,6 +16,8 @@ for window ``k``, as Grain does:
   seed + k)`` of the ``L`` elements pulled.  Checkpoints store positions and
   refill the window from the parent on restore.
 
+A seed outside ``[0, 2**32)`` raises ``SeedRangeError`` when the stage is built
+(a ``TypeError``, as Grain raises on reading, and a ``ValueError``).
 Seeds wrap modulo ``2**32`` (Grain raises once ``seed + k`` reaches it), and
 a seed may also come from ``.seed()`` marks (Grain requires ``seed=``).
 """
@@ -28,7 +30,7 @@ import numpy as np
 
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
 from chute._core.index_shuffle import index_shuffle_array
-from chute._core.seeding import MAX_SEED, resolve_seed, seed_label
+from chute._core.seeding import MAX_SEED, SeedRangeError, resolve_seed, seed_label
 from chute._core.state_check import (
     REACH,
     check_pulls,
@@ -74,7 +76,9 @@ class WindowShuffleMapDataset(MapDataset[Any]):
     ) -> None:
         super().__init__(parent)
         self._window = _check_window(window_size, "WindowShuffleMapDataset")
-        self._shuffle_seed = resolve_seed(self, seed, "WindowShuffleMapDataset")
+        self._shuffle_seed = resolve_seed(
+            self, seed, "WindowShuffleMapDataset", out_of_range=SeedRangeError
+        )
 
     def __len__(self) -> int:
         return len(self._parent)
@@ -133,7 +137,9 @@ class WindowShuffleIterDataset(IterDataset[Any]):
     ) -> None:
         super().__init__(parent)
         self._window = _check_window(window_size, "WindowShuffleIterDataset")
-        self._shuffle_seed = resolve_seed(self, seed, "WindowShuffleIterDataset")
+        self._shuffle_seed = resolve_seed(
+            self, seed, "WindowShuffleIterDataset", out_of_range=SeedRangeError
+        )
 
     def __iter__(self) -> DatasetIterator[Any]:
         return _WindowShuffleIterator(iter(self._parent), self._window, self._shuffle_seed)
