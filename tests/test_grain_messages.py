@@ -599,3 +599,99 @@ def test_restoring_a_missing_checkpoint_file_gives_grains_message(tmp_path: Any)
         CheckpointHandler().restore(missing, item=iterator)
     assert isinstance(info.value, FileNotFoundError)  # what chute raised before, still caught
     assert str(info.value).startswith(f"File {missing}/process_0-of-1.json does not exist.")
+
+
+def _starts_with_grains_then_chutes(message: str, grains_sentence: str) -> None:
+    assert message.startswith(grains_sentence), message
+    assert "chute: " in message[len(grains_sentence) :]
+
+
+@pytest.mark.parametrize("iterate", [False, True])
+@pytest.mark.parametrize(
+    "elements",
+    [[np.zeros(2), np.zeros(3)], [{"a": np.zeros(2)}, {"a": np.zeros(3)}], [{"a": 1}, {"b": 2}]],
+    ids=["shapes", "nested shapes", "structures"],
+)
+def test_batching_unlike_elements_starts_with_grains_sentence(
+    elements: list[Any], iterate: bool
+) -> None:
+    ds: Any = MapDataset.source(elements)
+    if iterate:
+        ds = ds.to_iter_dataset()
+    with pytest.raises(ValueError) as info:
+        list(ds.batch(2))
+    grains = "Expected all input elements to have the same structure but got:\n"
+    _starts_with_grains_then_chutes(str(info.value), grains)
+
+
+@pytest.mark.parametrize(
+    ("packer", "grains_name"),
+    [(FirstFitPackIterDataset, "PackedBatch"), (BestFitPackIterDataset, "packer")],
+)
+def test_a_sequence_longer_than_its_bin_starts_with_grains_sentence(
+    packer: Any, grains_name: str
+) -> None:
+    rows = [{"row": np.arange(3)}, {"row": np.arange(9)}]
+    ds = packer(
+        MapDataset.source(rows).to_iter_dataset(), length_struct={"row": 5}, num_packing_bins=2
+    )
+    with pytest.raises(ValueError) as info:
+        list(ds)
+    grains = (
+        f"Inputs to {grains_name} must be truncated to max length. Exceeds: "
+        "(feature_path, feature_length, max_length) = [(('row',), 9, 5)]"
+    )
+    _starts_with_grains_then_chutes(str(info.value), grains)
+    assert "element 1" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "sentence"),
+    [
+        ([3, 2], "ZipIterDataset argument 2 is shorter than argument 1."),
+        ([2, 2, 3], "ZipIterDataset argument 3 is longer than arguments 1-2."),
+    ],
+)
+def test_strict_zip_gives_grains_sentence_then_chutes_advice(
+    lengths: list[int], sentence: str
+) -> None:
+    zipped = ZipIterDataset([MapDataset.range(n).to_iter_dataset() for n in lengths])
+    with pytest.raises(ValueError) as info:
+        list(zipped)
+    assert str(info.value).startswith(f"{sentence} chute: stage zip")
+
+
+def _keep_tenth(x: int) -> bool:
+    return x % 10 == 0
+
+
+def test_filter_threshold_names_the_stage_as_grain_does() -> None:
+    import inspect
+
+    path = inspect.getsourcefile(_keep_tenth)
+    assert path is not None
+    where = ".../" + "/".join(path.split("/")[-3:])
+    line = inspect.getsourcelines(_keep_tenth)[1]
+    raise_half = DatasetOptions(filter_raise_threshold_ratio=0.5)
+    filtered = MapDataset.range(3000).to_iter_dataset().filter(_keep_tenth)
+    with pytest.raises(ValueError) as info:
+        list(WithOptionsIterDataset(filtered, raise_half))
+    grains = f"Transformation FilterDatasetIterator(transform=_keep_tenth @ {where}:{line}) skipped"
+    _starts_with_grains_then_chutes(str(info.value), grains)
+    holes = MapDataset.range(3000).filter(_keep_tenth).to_iter_dataset()
+    with pytest.raises(ValueError) as info:
+        list(WithOptionsIterDataset(holes, raise_half))
+    grains = (
+        "Transformation PrefetchDatasetIterator(read_options=ReadOptions(num_threads=16, "
+        "prefetch_buffer_size=500), allow_nones=False) skipped 90.00 %"
+    )
+    _starts_with_grains_then_chutes(str(info.value), grains)
+
+
+def test_str_of_an_in_memory_source_is_grains() -> None:
+    source = chute.InMemoryDataSource(list(range(12)))
+    try:
+        assert str(source) == f"InMemoryDataSource(name={source.name}, len=12)"
+    finally:
+        source.close()
+        source.unlink()

@@ -380,7 +380,7 @@ def test_uneven_arrays_in_a_worker_batch_raise_the_usual_error() -> None:
         grain.MapDataset.range(4).map(lambda i: np.zeros((100 + i, 100))).to_iter_dataset().batch(2)
     )
     it = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=1)))
-    with pytest.raises(ValueError, match="cannot stack arrays of different shapes"):
+    with pytest.raises(ValueError, match="arrays of different shapes"):
         next(it)
     it.close()
 

@@ -149,7 +149,7 @@ def test_needs_elements_or_a_name() -> None:
 def test_repr_is_deterministic_and_str_names_the_segment() -> None:
     with SharedMemoryDataSource([1, 2]) as a, SharedMemoryDataSource(["x", "y"]) as b:
         assert repr(a) == repr(b) == "SharedMemoryDataSource(len=2)"
-        assert str(a) == f"SharedMemoryDataSource(name={a.name!r}, len=2)"
+        assert str(a) == f"InMemoryDataSource(name={a.name}, len=2)"  # Grain's text
 
 
 def test_legacy_name_is_the_same_class() -> None:

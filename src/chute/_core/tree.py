@@ -64,16 +64,19 @@ def describe(tree: Any) -> str:
     return type(tree).__name__
 
 
+#: Grain's first line when the elements of a batch do not match; chute's details follow.
+GRAINS_MISMATCH = "Expected all input elements to have the same structure but got:"
+
+
 class StructureMismatchError(ValueError):
     """Elements of one batch do not share the same tree structure."""
 
 
 def _mismatch(first: Any, other: Any, position: int) -> StructureMismatchError:
     return StructureMismatchError(
-        "Expected all input elements to have the same structure but got:\n"
-        "chute cannot batch elements with different structures: element 0 is "
-        f"{describe(first)} but element {position} is {describe(other)}. Make every "
-        "element the same structure, or pass batch_fn= to combine them yourself."
+        f"{GRAINS_MISMATCH}\nchute: elements of different structures cannot be batched: "
+        f"element 0 is {describe(first)} but element {position} is {describe(other)}. Make "
+        "every element the same structure, or pass batch_fn= to combine them yourself."
     )
 
 
@@ -92,8 +95,9 @@ def _stack_leaves(leaves: list[Any]) -> Any:
         except ValueError as exc:
             shapes = sorted({np.shape(x) for x in leaves}, key=str)
             raise ValueError(
-                f"cannot stack arrays of different shapes {shapes} into a batch; pad them "
-                "first, or pass batch_fn= (e.g. chute.experimental.batch_and_pad)."
+                f"{GRAINS_MISMATCH}\nchute: arrays of different shapes {shapes} cannot be "
+                "stacked into a batch; pad them first, or pass batch_fn= (e.g. "
+                "chute.experimental.batch_and_pad)."
             ) from exc
     return np.asarray(leaves)
 

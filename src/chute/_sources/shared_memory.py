@@ -156,7 +156,8 @@ class SharedMemoryDataSource:
         return f"{_WHAT}(len={self._len})"
 
     def __str__(self) -> str:
-        return f"{_WHAT}(name={self._name!r}, len={self._len})"
+        # Grain's text: its SharedMemoryDataSource prints as the InMemoryDataSource alias.
+        return f"InMemoryDataSource(name={self._name}, len={self._len})"
 
     def __getstate__(self) -> dict[str, Any]:
         if self._closed:

@@ -15,7 +15,9 @@ the same way per window of 1,000 indices, by ``to_iter_dataset`` (prefetch.py).
 
 from __future__ import annotations
 
+import inspect
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from chute._core import errors
@@ -23,7 +25,7 @@ from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDatase
 from chute._core.errors import FilterThresholdError
 from chute._core.pipeline_context import join
 from chute._core.state_check import REACH, count, fields, parent_state, parents_reach, require
-from chute._core.transforms import Filter, callable_of
+from chute._core.transforms import TRANSFORM_TYPES, Filter, callable_of
 from chute._stages._origin import label, locate, locate_last
 
 logger = logging.getLogger("chute")
@@ -79,9 +81,15 @@ class FilterIterDataset(IterDataset[Any]):
         super().__init__(parent)
         self._pred = callable_of(transform, Filter, "IterDataset.filter()")
         self._label = label("filter", transform)
+        self._transform = transform
 
     def __iter__(self) -> DatasetIterator[Any]:
-        return _FilterIterator(iter(self._parent), self._pred, self._label)
+        iterator = _FilterIterator(iter(self._parent), self._pred, self._label)
+        transform = self._transform
+        iterator._check.grain_name = lambda: (
+            f"FilterDatasetIterator(transform={grains_transform_name(transform)})"
+        )
+        return iterator
 
 
 class DropCheck:
@@ -96,6 +104,8 @@ class DropCheck:
         self._context = join(iterator)
         self._label = label
         self._warned = False
+        #: The stage as Grain's message names it (built only for a message); else ``label``.
+        self.grain_name: Callable[[], str] = lambda: label
 
     def window_done(self, dropped: int) -> None:
         """Raises or warns if ``dropped`` of the last ``WINDOW`` inputs is too many."""
@@ -117,7 +127,7 @@ class DropCheck:
     def _message(self, ratio: float, field: str, limit: float) -> str:
         """Grain's text (as ``import chute as grain`` reads it), then chute's details."""
         return (
-            f"Transformation {self._label} skipped {ratio * 100:.2f} % of the last seen "
+            f"Transformation {self.grain_name()} skipped {ratio * 100:.2f} % of the last seen "
             f"{WINDOW} elements. Please check the filtering logic. If this is intended, "
             "consider pre-filtering the input dataset before training. To disable this check, "
             f"set `grain.experimental.DatasetOptions.{field}` used in `WithOptionsIterDataset` "
@@ -126,6 +136,36 @@ class DropCheck:
             f"chute.experimental.WithOptionsIterDataset(ds, chute.experimental.DatasetOptions("
             f"{field}=...)) (None turns the check off)."
         )
+
+
+def grains_transform_name(transform: Any) -> str:
+    """How Grain names a transform in its messages: ``pred @ .../pkg/mod.py:12``.
+
+    A transform object is named by its class, or by its own ``str()`` where its
+    class defines one; a chute transform wrapping a function, and a plain
+    callable, by the function's name, file (its last three parts) and line.
+
+    >>> grains_transform_name(len)
+    'len'
+    """
+    fn = getattr(transform, "_fn", None)
+    if isinstance(transform, TRANSFORM_TYPES) and callable(fn) and fn is not transform:
+        transform = fn  # Filter(fn): named as Grain names fn
+    if isinstance(transform, TRANSFORM_TYPES):
+        kind = type(transform)
+        own = [m for m in (kind.__str__, kind.__repr__) if not m.__module__.startswith("chute.")]
+        return str(transform) if own else kind.__name__
+    name = getattr(transform, "__name__", None) or repr(transform)
+    try:
+        path = inspect.getsourcefile(transform)
+        if path is None:
+            return name
+        parts = path.split("/")
+        if len(parts) >= 3:
+            path = ".../" + "/".join(parts[-3:])
+        return f"{name} @ {path}:{inspect.getsourcelines(transform)[1]}"
+    except (OSError, TypeError):  # built-in functions have no source
+        return name
 
 
 class _FilterIterator(DatasetIterator[Any]):

@@ -107,9 +107,11 @@ class ZipIterDataset(IterDataset[Any]):
 
 def _mismatch(i: int, why: str) -> ValueError:
     others = "argument 1" if i == 1 else f"arguments 1-{i}"
+    ended = f"argument {i + 1} ended first" if why == "shorter" else f"{others} ended first"
     return ValueError(
-        f"ZipIterDataset argument {i + 1} is {why} than {others}. Make the parents the "
-        "same length, or pass strict=False to stop at the shortest."
+        f"ZipIterDataset argument {i + 1} is {why} than {others}. chute: stage zip (strict): "
+        f"{ended}; make the parents the same length, or pass strict=False to stop at the "
+        "shortest."
     )
 
 
