@@ -64,12 +64,13 @@ def _flatten(struct: Any, what: str, path: Path = ()) -> dict[Path, Any]:
     for key, value in struct.items():
         if not isinstance(key, str):
             raise TypeError(f"{what} keys must be str (got {key!r}).")
+        inner = (*path, key)
         if isinstance(value, Mapping):
             if not value:
-                raise ValueError(f"{what}{_keys((*path, key))} is an empty dict.")
-            leaves.update(_flatten(value, what, (*path, key)))
+                raise ValueError(f"{what}{_keys(inner)} is an empty dict.")
+            leaves.update(_flatten(value, what, inner))
         else:
-            leaves[(*path, key)] = value
+            leaves[inner] = value
     return leaves
 
 
