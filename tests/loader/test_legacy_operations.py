@@ -53,17 +53,26 @@ def test_batch_operation_drops_the_remainder_when_asked() -> None:
 def test_batch_operation_on_records_of_different_structures_raises_grains_type_error() -> None:
     from chute._core.tree import StructureMismatchError
 
-    records = [Record(RecordMetadata(index=i), d) for i, d in enumerate([{"a": 1}, {"b": 2}])]
+    data = [{"a": 1}, {"b": 2}]
+    records = [Record(RecordMetadata(index=i), d) for i, d in enumerate(data)]
     with pytest.raises(TypeError) as info:
         list(chute.BatchOperation(batch_size=2)(records))
     # Grain 0.2.18 raises TypeError; chute's error is still the StructureMismatchError
     # (a ValueError) it raised before.
-    assert isinstance(info.value, (StructureMismatchError, ValueError))
+    assert isinstance(info.value, StructureMismatchError)
+    assert isinstance(info.value, ValueError)
     message = str(info.value)
     assert message.startswith(
         "Record structures do not match. Record at position 0 has structure {'a': int}, "
         "while records at positions [1] have structures [{'b': int}]. chute: "
     )
+    loader = chute.DataLoader(
+        data_source=data,
+        sampler=chute.SequentialSampler(2, chute.NoSharding()),
+        operations=[chute.BatchOperation(batch_size=2)],
+    )
+    with pytest.raises(TypeError):  # Grain's DataLoader raises TypeError too
+        list(loader)
 
 
 def test_pack_and_batch_operation_is_callable_on_records() -> None:

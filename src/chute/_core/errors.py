@@ -32,10 +32,10 @@ index.  The library's own exceptions form one tree, all importable from
                                     not start (its note says why)
 
 Outside the tree, ``batch()`` raises ``chute._core.tree.StructureMismatchError``
-(a ``ValueError``) for elements of different structures; where Grain raises a
-``TypeError`` instead, chute's error is both: ``BatchOperation`` called on records
-raises ``RecordStructureMismatchError`` (a ``StructureMismatchError``), and a window
-shuffle's seed outside ``[0, 2**32)`` raises ``chute._core.seeding.SeedRangeError``.  An exception raised
+for elements of different structures: a ``ValueError`` as Grain's ``batch`` raises,
+and a ``TypeError`` as Grain's ``BatchOperation`` raises.  A window shuffle's seed
+outside ``[0, 2**32)`` raises ``chute._core.seeding.SeedRangeError``: a ``TypeError``
+as in Grain, and the ``ValueError`` chute raised before.  An exception raised
 in a worker process reaches the parent as the same exception, with notes
 naming the stage, the element index and the worker.
 

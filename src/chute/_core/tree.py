@@ -68,8 +68,12 @@ def describe(tree: Any) -> str:
 GRAINS_MISMATCH = "Expected all input elements to have the same structure but got:"
 
 
-class StructureMismatchError(ValueError):
-    """Elements of one batch do not share the same tree structure."""
+class StructureMismatchError(ValueError, TypeError):
+    """Elements of one batch do not share the same tree structure.
+
+    A ``ValueError``, as Grain's ``batch`` raises, and a ``TypeError``, as Grain's
+    legacy ``BatchOperation`` raises (called on records, or in a ``DataLoader``).
+    """
 
 
 def _mismatch(first: Any, other: Any, position: int) -> StructureMismatchError:

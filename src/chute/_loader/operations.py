@@ -99,8 +99,8 @@ class BatchOperation(Batch):
     def __call__(self, input_iterator: Iterable[Record]) -> Iterator[Record]:
         """Batches of an iterator's records, each with the metadata of its last record.
 
-        Records of different structures raise ``RecordStructureMismatchError`` (a
-        ``TypeError``, as in Grain, and a ``ValueError``).
+        Records of different structures raise ``StructureMismatchError`` (a
+        ``TypeError``, as in Grain, and a ``ValueError``) with Grain's sentence.
         """
         batch: list[Record] = []
         for record in input_iterator:
@@ -121,19 +121,11 @@ class BatchOperation(Batch):
             raise _records_mismatch(data) from None
 
 
-class RecordStructureMismatchError(StructureMismatchError, TypeError):
-    """Records batched by ``BatchOperation`` differ in structure.
-
-    A ``TypeError``, as Grain raises, and still the ``StructureMismatchError``
-    (a ``ValueError``) that chute raised before.
-    """
-
-
-def _records_mismatch(data: list[Any]) -> RecordStructureMismatchError:
+def _records_mismatch(data: list[Any]) -> StructureMismatchError:
     """Grain's sentence naming the records unlike the first, then chute's advice."""
     first = _structure(data[0])
     others = [p for p, d in enumerate(data) if _structure(d) != first]
-    return RecordStructureMismatchError(
+    return StructureMismatchError(
         f"Record structures do not match. Record at position 0 has structure "
         f"{describe(data[0])}, while records at positions {others} have structures "
         f"[{', '.join(describe(data[p]) for p in others)}]. chute: BatchOperation stacks "
