@@ -63,6 +63,24 @@ def test_restores_with_every_option(cls: type) -> None:
     assert_equal_output_after_checkpoint(ds, max_steps=None)
 
 
+@pytest.mark.parametrize("cls", [FF, BF])
+def test_restores_anywhere_with_a_nested_meta_feature(cls: type) -> None:
+    rows = [
+        {
+            "row": np.arange(1 + i % 3) + 10 * i,
+            "nested": {"a": np.full(2, i), "b": np.arange(i % 2)},
+        }
+        for i in range(23)
+    ]
+    ds = cls(
+        MapDataset.source(rows).to_iter_dataset(),
+        length_struct={"row": 6, "nested": {"a": 6, "b": 4}},
+        num_packing_bins=2,
+        meta_features=["nested"],
+    )
+    assert_equal_output_after_checkpoint(ds, max_steps=None)
+
+
 def test_state_is_small_positions_not_buffers() -> None:
     rows = [{"inputs": np.arange(500, dtype=np.int32)} for _ in range(40)]
     it = iter(FF(_ds(rows), length_struct={"inputs": 1000}, num_packing_bins=8))
