@@ -364,7 +364,12 @@ class _PackIterDataset(IterDataset[Any]):
         return PackIterator(iter(self._parent), packer, layout, stage)
 
     def _describe(self) -> str:
-        lengths = dict(zip(self._layout.features, self._layout.lengths))
+        lengths: dict[str, Any] = {}
+        for path, length in zip(self._layout.paths, self._layout.lengths):
+            node = lengths
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = length
         return f"{self._parent!r}, length_struct={lengths}, num_packing_bins={self._bins}"
 
 
