@@ -99,6 +99,18 @@ def test_options_after_mp_prefetch_reach_its_workers() -> None:
     assert _count_until_error(WithOptionsIterDataset(workers, RAISE_HALF)) == (1, True)
 
 
+def test_workers_run_under_the_options_without_a_stage_of_their_own() -> None:
+    from chute import MultiprocessingOptions
+    from chute._core.pipeline_context import carried
+
+    workers = _sparse().mp_prefetch(MultiprocessingOptions(num_workers=2))
+    with iter(WithOptionsIterDataset(workers, RAISE_HALF)) as it:
+        shares = [worker._dataset for worker in it._parents]
+    assert all(not isinstance(share, WithOptionsIterDataset) for share in shares)
+    assert [carried(share) for share in shares] == [RAISE_HALF, RAISE_HALF]
+    assert carried(workers._parent) is None  # the user's pipeline is left as it was
+
+
 def test_options_before_mp_prefetch_reach_the_stages_after_it() -> None:
     from chute import MultiprocessingOptions
 

@@ -54,13 +54,16 @@ def _marks_outer_iterator(iter_fn: Callable[[Any], Any]) -> Callable[[Any], Any]
             return iter_fn(self)
         collector = None
         stats = registry.stats  # installed by chute._stats
-        with inner_iterators():
+        options = pipeline_context.carried(self)  # a worker's pipeline: its loader's options
+        with inner_iterators(), pipeline_context.options_after(options):
             if stats.wanted(self):  # statistics: iterate a timed copy of the pipeline
                 timed, collector = stats.instrument(self)
                 it = iter(timed)
                 collector.watch(it)
             else:
                 it = iter_fn(self)
+        if options is not None:
+            pipeline_context.join(it, options)
         if isinstance(it, DatasetIterator):
             try:
                 if multiprocessing.parent_process() is None:

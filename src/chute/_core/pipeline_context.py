@@ -32,6 +32,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
+import copy
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -153,7 +154,7 @@ def join(iterator: Any, options: DatasetOptions | None = None) -> PipelineContex
 
 
 @contextlib.contextmanager
-def options_after(options: DatasetOptions) -> Iterator[None]:
+def options_after(options: DatasetOptions | None) -> Iterator[None]:
     """While inside, iterators built on this thread know ``options`` (set after them).
 
     ``WithOptionsIterDataset`` builds its parent's iterator inside, so that
@@ -161,8 +162,11 @@ def options_after(options: DatasetOptions) -> Iterator[None]:
     Nested uses merge, the outer (later) options winning.
 
     Args:
-      options: the options set after the iterators about to be built.
+      options: the options set after the iterators about to be built; None: none.
     """
+    if options is None:
+        yield
+        return
     outer = _AFTER.get()
     token = _AFTER.set(options if outer is None else outer.merge(options))
     try:
@@ -226,3 +230,33 @@ def without_budget(options: DatasetOptions) -> DatasetOptions:
     """``options`` without the error budget's fields (chute's own)."""
     explicit = options._explicit()
     return DatasetOptions(**{k: v for k, v in explicit.items() if k not in ERROR_BUDGET_FIELDS})
+
+
+_CARRIED = "_chute_carried_options"
+
+
+def carrying(dataset: Any, options: DatasetOptions) -> Any:
+    """A copy of the node ``dataset`` whose iterators run under ``options``.
+
+    The pipeline a worker process runs carries the options of the pipeline
+    around it this way, without a node of its own: its outermost ``iter()``
+    (``chute._core.iterator``) builds it inside ``options_after(options)``
+    and joins them, as a ``WithOptionsIterDataset`` above it would.
+
+    Args:
+      dataset: the top node of the pipeline (left unchanged).
+      options: the options to run it under.
+
+    Returns:
+      A shallow copy of the node, or ``dataset`` itself when no option is set.
+    """
+    if not options._explicit():
+        return dataset
+    copied = copy.copy(dataset)
+    setattr(copied, _CARRIED, options)
+    return copied
+
+
+def carried(dataset: Any) -> DatasetOptions | None:
+    """The options ``carrying`` gave the node ``dataset``, or None."""
+    return _instance_dict(dataset).get(_CARRIED)

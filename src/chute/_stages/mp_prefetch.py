@@ -26,7 +26,7 @@ from chute._core.dataset_options import DatasetOptions
 from chute._core.errors import CheckpointError
 from chute._core.nesting import inner_iterator
 from chute._core.options import MultiprocessingOptions, RayExecutor
-from chute._core.pipeline_context import join, options_set_in, without_budget
+from chute._core.pipeline_context import carrying, join, options_set_in, without_budget
 from chute._core.registry import untimed_type
 from chute._core.seeding import derive_seed
 from chute._core.state_check import (
@@ -135,7 +135,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         return [
             launch.worker(
                 self._executor,
-                _with_options(self._share(w, count, stream), options),
+                carrying(self._share(w, count, stream), options),
                 index=w,
                 count=count,
                 buffer_size=self._options.per_worker_buffer_size,
@@ -213,15 +213,6 @@ def prefetch(ds: IterDataset[Any], options: MultiprocessingOptions) -> IterDatas
         stacklevel=3,
     )
     return mp_prefetch(ds, options)
-
-
-def _with_options(share: IterDataset[Any], options: DatasetOptions) -> IterDataset[Any]:
-    """A worker's pipeline under the pipeline's options (Grain's fields), as in Grain."""
-    if not options._explicit():
-        return share
-    from chute._stages.with_options import WithOptionsIterDataset  # it imports this module
-
-    return WithOptionsIterDataset(share, options)
 
 
 class _MultiprocessIterator(RoundRobinIterator):
