@@ -206,6 +206,19 @@ def test_slots_are_reused_when_consumed_and_their_names_go_at_once(
     assert _leftovers(reader.prefix) == [f"{reader.prefix}-0"]  # only the control segment
 
 
+def test_a_slot_that_no_claim_needs_any_more_is_retired(
+    ring: tuple[RingReader, RingWriter],
+) -> None:
+    reader, writer = ring
+    held = [reader.decode(writer.encode(np.full(10_000, i))) for i in range(3)]  # 3 slots at once
+    assert len(writer._open().slots) == 3
+    del held
+    gc.collect()
+    for i in range(200):  # one array at a time from now on: one slot serves them all
+        assert int(reader.decode(writer.encode(np.full(10_000, i)))[0]) == i
+    assert len(writer._open().slots) == 1  # the two idle ones left the worker's memory
+
+
 def _resident_shared_mib() -> float:
     with open("/proc/self/status") as f:
         for line in f:

@@ -19,6 +19,9 @@ unlinks its name at once: from then on the memory lives exactly as long as
 a process maps it, and nothing is left in /dev/shm.  The reader marks it
 FREE when the arrays it handed out over it are all gone (or after copying
 them); the writer then reuses it, so its pages are never faulted in again.
+A free slot that no claim has taken for a while (``_IDLE_CLAIMS``) is retired:
+one made when the parent held its arrays a moment longer than usual does not
+stay in the worker's memory for good.
 
 Cleanup of slots never named in a decoded message: the reader's ``close()``
 unlinks every id below the control segment's next id; a writer whose reader
@@ -53,6 +56,10 @@ CLOSED, NEXT_ID = 1, 2  # words of the control segment
 FREE, BUSY, RETIRED = 0, 1, 2
 _SLOT_ROUNDING = 1 << 16  # slot sizes: the array plus an eighth, rounded up to 64 KiB
 _FREE_BYTES = 64 << 20  # free slots a writer keeps, or four times the slot it makes, if more
+# A free slot that no claim took in this many claims (or in four claims per slot, if more) is
+# retired: a slot made while the parent held on to its arrays a moment longer than usual would
+# otherwise stay in the worker's resident memory for good, one more such moment at a time.
+_IDLE_CLAIMS = 64
 
 
 def segment_name(prefix: str, slot: int) -> str:
@@ -149,22 +156,44 @@ class WriteSlots:
             raise FileNotFoundError(errno.ENOENT, "transport is incomplete", prefix)
         self.control = Segment(segment_name(prefix, 0), mapped)
         self.slots: dict[int, Segment] = {}
+        self.claims = 0  # claims so far
+        self.claimed_at: dict[int, int] = {}  # each slot's last claim (or its creation)
 
     def reader_closed(self) -> bool:
         return bool(self.control.head[CLOSED])
 
     def claim(self, nbytes: int) -> tuple[int, np.ndarray]:
-        """A slot for ``nbytes``, marked BUSY: its id and its first ``nbytes`` bytes."""
+        """A slot for ``nbytes``, marked BUSY: its id and its first ``nbytes`` bytes.
+
+        Of the free slots that fit, the smallest (the oldest among equals) is taken, so
+        a slot that is not needed stays idle, and is retired after ``_IDLE_CLAIMS``.
+        """
+        self.claims += 1
+        idle_limit = max(_IDLE_CLAIMS, 4 * len(self.slots))
         best: tuple[int, Segment] | None = None
+        idle: list[int] = []
         for slot, segment in self.slots.items():
-            fits = nbytes <= segment.capacity and segment.head[STATE] == FREE
-            if fits and (best is None or segment.capacity < best[1].capacity):
+            if segment.head[STATE] != FREE:
+                continue
+            if self.claims - self.claimed_at[slot] > idle_limit:
+                idle.append(slot)
+            elif nbytes <= segment.capacity and (
+                best is None or segment.capacity < best[1].capacity
+            ):
                 best = (slot, segment)
+        for slot in idle:
+            self._retire(slot)
         if best is None:
             best = self._create(nbytes)
         slot, segment = best
         segment.head[STATE] = BUSY
+        self.claimed_at[slot] = self.claims
         return slot, segment.data[:nbytes]
+
+    def _retire(self, slot: int) -> None:
+        """Lets a free slot go: the reader unmaps it, and its memory goes with the mappings."""
+        self.slots.pop(slot).head[STATE] = RETIRED
+        del self.claimed_at[slot]
 
     def release(self, slots: list[int]) -> None:
         """Marks ``slots`` FREE again: claimed, but named in no message (a failed encode)."""
@@ -182,7 +211,7 @@ class WriteSlots:
         for size, slot in free:  # too many bytes idle: the smallest go first
             if spare <= max(_FREE_BYTES, 4 * capacity):
                 break
-            self.slots.pop(slot).head[STATE] = RETIRED
+            self._retire(slot)
             spare -= size
         slot = int(self.control.head[NEXT_ID]) or 1
         self.control.head[NEXT_ID] = slot + 1  # before creating: the reader's sweep covers it
@@ -198,6 +227,7 @@ class WriteSlots:
             _unlink_name(name)
             raise BrokenPipeError("the RingReader was closed; stop encoding.")
         segment = self.slots[slot] = Segment(name, mapped)
+        self.claimed_at[slot] = self.claims
         return slot, segment
 
     def sweep(self) -> None:
