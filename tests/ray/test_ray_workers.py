@@ -7,6 +7,9 @@ import gc
 import logging
 import os
 import signal
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -198,18 +201,66 @@ def test_ray_kill_of_an_actor_mid_epoch_loses_nothing() -> None:
     assert got == [x * 10 for x in range(40)]
 
 
-def _always_killed(x: int) -> int:
-    if x == 3:
+def _always_killed(starts: str, x: int) -> int:
+    if x == 0:  # each start of the worker dies at its first element: one line a start
+        with open(starts, "a") as f:
+            f.write("started\n")
         os.kill(os.getpid(), signal.SIGKILL)
     return x
 
 
-def test_deaths_without_progress_raise_worker_died_naming_the_node() -> None:
-    ds = grain.MapDataset.range(10).to_iter_dataset().map(_always_killed)
-    with iter(ds.mp_prefetch(MultiprocessingOptions(1), executor=RayExecutor())) as it:
-        assert [next(it) for _ in range(3)] == [0, 1, 2]
-        with pytest.raises(WorkerDiedError, match=r"Ray worker 0 of 1 on .+ died"):
-            next(it)
+def test_deaths_without_progress_raise_worker_died_naming_the_node(tmp_path: Path) -> None:
+    from chute._execution.worker_errors import MAX_RESTARTS
+
+    starts = tmp_path / "starts"
+    fn = functools.partial(_always_killed, str(starts))
+    ds = grain.MapDataset.range(10).to_iter_dataset().map(fn)
+    it = iter(ds.mp_prefetch(MultiprocessingOptions(1), executor=RayExecutor()))
+    with it, pytest.raises(WorkerDiedError, match=r"Ray worker 0 of 1 on .+ died"):
+        next(it)
+    # The README and RayExecutor's docstring: three restarts in a row, the fourth death raises.
+    assert MAX_RESTARTS == 3 and starts.read_text().count("started") == 1 + MAX_RESTARTS
+
+
+def test_a_closed_iterator_frees_its_actors_before_the_next_one_asks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from chute._execution import ray_iterator
+
+    ds = grain.MapDataset.range(20).to_iter_dataset().map(_times_ten)
+    options = MultiprocessingOptions(2)  # two workers of 1 CPU: all the cluster's CPUs
+    with caplog.at_level(logging.WARNING, logger="chute"):
+        for _ in range(2):
+            with iter(ds.mp_prefetch(options, executor=RayExecutor())) as it:
+                assert list(it) == [x * 10 for x in range(20)]
+                pids = [a["Pid"] for a in _chute_actors_alive()]
+            assert len(pids) == 2
+            # Gone when close() returns, their CPUs back, not some time after (ray.kill's way).
+            assert not [pid for pid in pids if ray_iterator._running(pid)]
+    assert not [r for r in caplog.records if "has waited" in r.getMessage()]
+
+
+CHUTES_OWN_CLUSTER = """
+import chute as grain
+
+ds = grain.MapDataset.range(8).to_iter_dataset()
+on_ray = ds.mp_prefetch(grain.MultiprocessingOptions(1), executor=grain.RayExecutor())
+print(list(on_ray))
+"""
+
+
+def test_the_local_cluster_chute_starts_prints_no_token_notice(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(CHUTES_OWN_CLUSTER)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="ray") as ray_dir:  # a short socket path
+        env["RAY_TMPDIR"] = ray_dir  # a cluster of its own, not this process's
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=110, env=env
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(list(range(8)))
+    assert "Token authentication" not in done.stderr, done.stderr
 
 
 def test_without_restarts_a_killed_actor_raises_worker_died(tmp_path: Path) -> None:

@@ -97,7 +97,9 @@ class MultiprocessingOptions:
         restart_workers: chute's addition: a worker that dies (killed by the OS, out
             of memory) is started again from the last element it delivered, so the
             epoch goes on with every element once and in order; the chute logger
-            says so. Off by default: a dead worker raises ``WorkerDiedError``.
+            says so; at most three times in a row, the fourth death without an
+            element in between raises ``WorkerDiedError``. Off by default: a dead
+            worker raises ``WorkerDiedError``.
         ram_budget_mb: chute's addition: MiB that the elements waiting in the
             workers' buffers may hold at once, over all workers.  With a budget, or
             with ``num_workers="auto"`` (budget 1 GiB unless given), a worker that
@@ -185,8 +187,9 @@ class RayExecutor:
             removed) is started again, on any node, from the last element it
             delivered, so the epoch goes on with every element once and in
             order; the chute logger names the worker and its node.  On by
-            default: on a cluster, nodes come and go.  Three deaths of one
-            worker without an element in between raise ``WorkerDiedError``.
+            default: on a cluster, nodes come and go.  A worker is restarted at
+            most three times in a row: its fourth death without an element in
+            between raises ``WorkerDiedError``.
 
     Sources must be readable on every node: paths on a shared filesystem, or
     object-store URLs (``s3://``, ``gs://``, ``https://``), the way that works

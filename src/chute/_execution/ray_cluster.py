@@ -21,6 +21,17 @@ __all__ = ["connect", "import_ray", "node_of_this_process"]
 
 _lock = threading.Lock()
 
+# Recent Ray logs here, at every start of a local cluster, that the cluster uses token
+# authentication; chute's own local cluster keeps Ray's default and leaves the notice out.
+_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class _TokenNotice(logging.Filter):
+    """Leaves out Ray's notice about a new local cluster's token authentication."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is")
+
 
 def import_ray() -> Any:
     """The ``ray`` module, or an ImportError that names the extra to install."""
@@ -41,6 +52,10 @@ def connect(address: str | None) -> Any:
         if ray.is_initialized():
             return ray
         address = address or os.environ.get("RAY_ADDRESS") or None
+        notice = logging.getLogger(_TOKEN_LOGGER)
+        quiet = _TokenNotice()
+        if address is None:  # a cluster of chute's own: Ray's notice about it is not the user's
+            notice.addFilter(quiet)
         try:
             ray.init(
                 address=address,
@@ -54,6 +69,8 @@ def connect(address: str | None) -> Any:
                 "Check the address (ray status on the head node prints it), or leave "
                 "address=None and RAY_ADDRESS unset to start a local cluster."
             ) from exc
+        finally:
+            notice.removeFilter(quiet)
         if address is None:
             logger.info("chute: started a local Ray cluster for RayExecutor's workers.")
         return ray

@@ -43,6 +43,7 @@ __all__ = ["RayWorkerIterator"]
 
 _MOST_PER_CALL = 256  # elements one call may carry (its time and bytes bound it first)
 _WAIT_SLICE_S = 5.0  # how long one wait for a result lasts before the actor is checked
+_GONE_WAIT_S = 10.0  # how long close() waits for its actor to be gone from the cluster
 
 _actor_classes: dict[int, Any] = {}
 
@@ -55,6 +56,41 @@ def _actor_class(ray: Any) -> Any:
 
         cls = _actor_classes[id(ray)] = ray.remote(max_restarts=0, max_task_retries=0)(RayWorker)
     return cls
+
+
+def _wait_gone(ray: Any, actor: Any) -> None:
+    """Waits, ``_GONE_WAIT_S`` at most, until ``actor`` is dead and its process has exited.
+
+    ``ray.kill`` only asks: until the actor's process has exited, its node holds the
+    actor's resources, and an iterator made right after this one would wait for them
+    (a 2-CPU cluster holds one iterator's two workers).  The process is looked for
+    when it ran on this machine; where Ray's actor table cannot be read, nothing is
+    waited for.
+    """
+    deadline = time.monotonic() + _GONE_WAIT_S
+    while time.monotonic() < deadline:
+        try:  # the actor table in Ray's control store (the state API needs the dashboard)
+            if not ray.is_initialized():
+                return
+            info = ray._private.state.actors(actor._actor_id.hex())
+            if info["State"] == "DEAD":
+                here = info["Address"]["NodeID"] == ray.get_runtime_context().get_node_id()
+                if not (here and _running(int(info.get("Pid") or 0))):
+                    return
+        except Exception:  # not there in this version of Ray: nothing to wait for
+            return
+        time.sleep(0.01)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` of this machine is running (not exited, not a zombie)."""
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _kill(ray: Any, actor: Any, source: object) -> None:
@@ -178,10 +214,11 @@ class RayWorkerIterator(DatasetIterator[Any]):
         if self._warned_unplaced or self._started is None:
             return
         try:  # the actor table in Ray's control store (the state API needs the dashboard)
-            state = self._ray._private.state.actors(self._actor._actor_id.hex())["State"]
+            info = self._ray._private.state.actors(self._actor._actor_id.hex())
+            state, placed = info["State"], bool(info.get("Pid"))
         except Exception:  # not there in this version of Ray: nothing to say
             return
-        if state in ("PENDING_CREATION", "DEPENDENCIES_UNREADY"):
+        if state in ("PENDING_CREATION", "DEPENDENCIES_UNREADY") and not placed:  # not starting
             self._warned_unplaced = True
             logger.warning(
                 "chute: Ray worker %d of %d has waited %.0f s for a node with %s free; it "
@@ -348,11 +385,13 @@ class RayWorkerIterator(DatasetIterator[Any]):
             self._finalizer()
 
     def close(self) -> None:
+        """Stops the actor and returns once it is gone, its resources free for the next one."""
         if not self._closed:
             self._closed = self._stopping = True
             self._finalizer()
             self._received.clear()
             self._in_flight.clear()
+            _wait_gone(self._ray, self._actor)
 
     def __repr__(self) -> str:
         return (
