@@ -101,7 +101,8 @@ class DataLoader:
 
     ``len(loader)`` is the number of elements (batches, after a ``Batch``) one
     pass yields, when the sampler is finite and no operation drops or splits
-    elements.
+    elements.  A record whose data is ``None`` (read, or made by a ``Map``) is
+    passed on like any other, as in Grain: only a ``Filter`` drops records.
 
     >>> import chute
     >>> loader = chute.DataLoader(
