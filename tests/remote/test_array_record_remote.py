@@ -132,6 +132,34 @@ def test_bucket_paths_that_name_nothing_say_which_forms_work(s3: Any, tmp_path: 
         ArrayRecordDataSource(urls[0] + "[0:10]")
 
 
+def chute_threads() -> list[str]:
+    import threading
+
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("chute"))
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["bucket", "cache_dir"])
+def test_closed_and_collected_bucket_sources_leave_no_thread(
+    s3: Any, tmp_path: Path, cache: bool
+) -> None:
+    import gc
+
+    urls, _ = upload(s3, tmp_path)
+    index = write_index(urls, s3.url("data/train.chute-index"))
+    gc.collect()  # sources other tests left unclosed
+    before = set(chute_threads())  # what a source still referenced elsewhere holds
+    options = {"cache_dir": str(tmp_path / "cache")} if cache else {}
+    for spec in (index, s3.url("data/train@4")):
+        source = ArrayRecordDataSource(spec, **options)
+        source.__getitems__(range(0, 1200, 5))  # every shard: their downloads start
+        source.close()
+        assert set(chute_threads()) <= before, spec
+        source.__getitems__([3, 700])  # a closed source reads again
+        del source  # unclosed: collecting it ends its threads
+        gc.collect()
+        assert set(chute_threads()) <= before, spec
+
+
 def test_a_bucket_glob_that_matches_nothing_says_so(s3: Any) -> None:
     with pytest.raises(FileNotFoundError, match="no objects match"):
         ArrayRecordDataSource(s3.url("nothing-*.array_record"))

@@ -98,3 +98,32 @@ def test_exit_cancels_a_read_from_a_silent_store_instead_of_waiting(
     seen = out.read_text()
     assert seen.startswith("RuntimeError: chute's object-store requests have stopped"), seen
     assert "the interpreter is exiting" in seen
+
+
+def _chute_threads() -> set[str]:
+    import threading
+
+    return {t.name for t in threading.enumerate() if t.name.startswith("chute")}
+
+
+def test_the_io_thread_lives_while_a_source_is_open_or_a_request_runs(s3: Any) -> None:
+    import gc
+
+    from chute._remote import list_prefix, open_source, write_object
+
+    gc.collect()  # sources other tests left unclosed
+    before = _chute_threads()
+    url = s3.put("k.bin", b"abc")
+    source = open_source(url)
+    assert "chute-io" in _chute_threads()
+    assert list_prefix(url) == [url] and "chute-io" in _chute_threads()  # still held
+    source.close()
+    assert _chute_threads() <= before
+    write_object(s3.url("other.bin"), [b"x" * 10])  # a request with no source open
+    assert list_prefix(s3.url("other")) == [s3.url("other.bin")]
+    assert _chute_threads() <= before
+    unclosed = open_source(url)
+    assert unclosed.read_all() == b"abc"
+    del unclosed
+    gc.collect()
+    assert _chute_threads() <= before

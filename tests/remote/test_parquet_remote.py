@@ -199,3 +199,27 @@ def test_an_http_url_reads_a_public_object(s3: Any, tmp_path: Path) -> None:
     url = f"{s3.proxy.url}/{s3.bucket}/pub/a.parquet"
     assert plain(list(ParquetDataSource(url))) == plain(list(ParquetDataSource(path)))
     assert plain(list(ParquetIterDataset(url))) == plain(list(ParquetIterDataset(path)))
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["bucket", "cache_dir"])
+def test_a_closed_or_collected_bucket_source_leaves_no_thread(
+    s3: Any, tmp_path: Path, cache: bool
+) -> None:
+    import gc
+    import threading
+
+    def chute_threads() -> list[str]:
+        return sorted(t.name for t in threading.enumerate() if t.name.startswith("chute"))
+
+    urls, _ = upload(s3, tmp_path)
+    gc.collect()  # sources other tests left unclosed
+    before = set(chute_threads())  # what a source still referenced elsewhere holds
+    options = {"cache_dir": str(tmp_path / "cache")} if cache else {}
+    source = ParquetDataSource(urls, **options)
+    source.__getitems__(range(0, ROWS, 7))
+    source.close()
+    assert set(chute_threads()) <= before
+    source.__getitems__([5, ROWS - 1])  # a closed source reads again
+    del source
+    gc.collect()
+    assert set(chute_threads()) <= before

@@ -391,6 +391,67 @@ def test_shard_cache_by_itself(tmp_path: Path) -> None:
         parse_bytes(0, "cache_limit")
 
 
+def test_a_disk_full_before_the_first_download_says_so_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import errno
+
+    from chute._remote import shard_cache
+
+    def full(*args: Any) -> Any:  # the progress record is the first file a download makes
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    (tmp_path / "object").write_bytes(b"x" * 1000)
+    cache = ShardCache(tmp_path / "cache")
+    monkeypatch.setattr(shard_cache, "Progress", full)
+    monkeypatch.setattr(shard_cache, "_said", set())
+    opener = lambda: LocalRanges(str(tmp_path / "object"))  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="chute"):
+        for url in ("s3://b/k1", "s3://b/k2"):
+            assert not cache._download(url, "v1", 1000, opener, shard_cache._Bytes(1 << 20))
+    said = [r.getMessage() for r in caplog.records if r.name == "chute"]
+    assert len(said) == 1 and "is full (No space left on device)" in said[0], said
+    assert "read from the bucket" in said[0]
+    assert not os.listdir(tmp_path / "cache" / "partial")
+    assert not os.listdir(tmp_path / "cache" / "landed")
+
+
+def test_a_cache_dir_this_user_cannot_write_is_refused_at_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chute._remote import shard_cache
+
+    ShardCache(tmp_path / "cache")  # made by another user, say
+    objects = str(tmp_path / "cache" / "objects")
+    real_access = os.access
+    monkeypatch.setattr(  # as for root, where every access is allowed
+        shard_cache.os, "access", lambda p, mode: p != objects and real_access(p, mode)
+    )
+    with pytest.raises(PermissionError, match="cannot be written by this user") as info:
+        ShardCache(tmp_path / "cache")
+    assert str(tmp_path / "cache") in str(info.value) and "cache_dir of your own" in str(info.value)
+
+
+def test_another_user_s_copy_in_a_shared_cache_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chute._remote import shard_cache
+
+    data = b"y" * 5000
+    (tmp_path / "object").write_bytes(data)
+    cache = ShardCache(tmp_path / "cache")
+    opener = lambda: LocalRanges(str(tmp_path / "object"))  # noqa: E731
+    assert cache._download("s3://b/k", "v1", len(data), opener, shard_cache._Bytes(1 << 20))
+
+    def not_owner(*args: Any) -> None:  # utime of a file another user owns
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(shard_cache.os, "utime", not_owner)
+    copy = cache.open_copy("s3://b/k", "v1")
+    assert copy is not None and Path(copy.path).read_bytes() == data
+    copy.close()
+
+
 def test_a_process_s_downloads_share_a_budget_of_bytes_in_flight() -> None:
     from chute._remote import shard_cache
 

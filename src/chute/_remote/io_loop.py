@@ -14,6 +14,12 @@ program's own threads have ended and before the read-ahead pools wait for their 
 threads have let go of every future they were handed (each future says so, see
 ``ClientFuture``), stops the loop and drops the stores.  Requests after that raise.
 A worker process does the same when it is told to stop, and at its own exit.
+
+**Idle.**  The loop's thread (and the threads that run its blocking calls) lives only
+while it has work: while a source that may send requests is open (``hold``) or a
+request runs.  When the last source closes, or is garbage collected, and no request
+runs, the thread ends; the next request starts another.  So a program that closed its
+sources has no thread of chute's left.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import itertools
+import os
 import threading
 import time
 import weakref
@@ -38,6 +46,10 @@ _loop: _Loop | None = None  # this process's loop, while it runs
 _stopped_why = ""  # set by stop(): later requests raise, naming it
 _stopped_in: ForkCheck | None = None  # the process stop() was called in
 _on_stop: list[Callable[[], None]] = []
+_held: set[int] = set()  # the open sources of this process that may send requests
+_tokens = itertools.count()
+_calls = 0  # run_on_io_loop calls of this process that have not returned
+_lingering: list[_Loop] = []  # idle loops stopped while the client still held a future
 
 
 class ClientFuture(asyncio.Future[Any]):
@@ -92,9 +104,34 @@ class _Loop:
             started.set()
             self.loop.run_forever()
 
+        # Its blocking calls (asyncio.to_thread) run on threads that end with the loop.
+        self.executor = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="chute-io-call")
+        self.loop.set_default_executor(self.executor)
         self.thread = threading.Thread(target=serve, name="chute-io", daemon=True)
         self.thread.start()
         started.wait()
+
+    def released(self) -> bool:
+        """Whether the client's threads have let go of every future of this loop."""
+        return not any(not f.released for f in list(self.loop.client_futures))
+
+    def end(self, deadline: float, idle: bool) -> bool:
+        """Stops the loop and its threads, waiting for the client to let go of its futures
+        until ``deadline`` (``time.monotonic()``); whether it did (the loop is closed).
+        An ``idle`` loop's blocking-call threads are waited for too (they have no work)."""
+        while not self.released() and time.monotonic() < deadline:
+            time.sleep(0.002)  # lets the client's threads take the GIL and leave
+        released = self.released()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if threading.get_ident() == self.loop.thread_id:  # a finalizer on its own thread
+            self.executor.shutdown(wait=False)
+            return False
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+        self.executor.shutdown(wait=idle and not self.thread.is_alive())
+        if released and not self.thread.is_alive():
+            self.loop.close()  # else a late completion would find it closed and say so
+            return True
+        return False
 
 
 def run_on_io_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -113,6 +150,7 @@ def run_on_io_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     if threading.main_thread().is_alive():  # not yet exiting: see _stop_at_exit
         atexit.unregister(_stop_at_exit)
         atexit.register(_stop_at_exit)
+    global _calls
     coroutine = make()
     with _lock:  # a request is either submitted before stop() cancels all, or refused
         if _stopped_here():
@@ -122,12 +160,70 @@ def run_on_io_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
         if state is None or state.made.forked():
             state = _loop = _Loop()
         done = asyncio.run_coroutine_threadsafe(coroutine, state.loop)
+        _calls += 1
     try:
         return done.result()
     except concurrent.futures.CancelledError:
         if _stopped_here():
             raise _stopped_error() from None
         raise
+    finally:
+        with _lock:
+            _calls -= 1
+            idle = _take_idle()
+        if idle is not None:
+            _end_idle(idle)
+
+
+def hold(owner: object) -> Callable[[], None]:
+    """Keeps the loop's thread while ``owner`` (an open source) is alive; call the result
+    to let go (at ``close()``; it runs by itself when ``owner`` is garbage collected).  The
+    thread ends once nothing holds it and no request runs, and starts again when needed."""
+    with _lock:
+        token = next(_tokens)
+        _held.add(token)
+    finalizer = weakref.finalize(owner, _let_go, token)
+    finalizer.atexit = False  # at exit, stop() ends the loop
+    return finalizer
+
+
+def _let_go(token: int) -> None:
+    with _lock:
+        if token not in _held:
+            return
+        _held.discard(token)
+        idle = _take_idle()
+    if idle is not None:
+        _end_idle(idle)
+
+
+def _take_idle() -> _Loop | None:
+    """The loop, taken out of service, when nothing holds it and no call runs (under
+    ``_lock``); a later request starts another."""
+    global _loop
+    if _held or _calls or _loop is None or _loop.made.forked():
+        return None
+    state, _loop = _loop, None
+    return state
+
+
+def _end_idle(state: _Loop) -> None:
+    if not state.end(time.monotonic() + EXIT_WAIT_S, idle=True):
+        with _lock:
+            _lingering.append(state)  # stop() waits for its futures at exit
+
+
+def _after_fork() -> None:
+    global _calls, _lingering
+    _held.clear()  # the parent's sources: a child's copies never close them here
+    _calls, _lingering = 0, []
+
+
+def on_loop_thread() -> bool:
+    """Whether the caller runs on an I/O loop's own thread (where it must not wait for a
+    request)."""
+    state = _loop
+    return state is not None and threading.get_ident() == state.loop.thread_id
 
 
 def client(future: Any) -> Any:
@@ -149,27 +245,24 @@ def stop(why: str = "the interpreter is exiting") -> None:
 
     Returns once obstore's threads have let go of every request (``EXIT_WAIT_S`` at most).
     """
-    global _loop, _stopped_why, _stopped_in
+    global _loop, _stopped_why, _stopped_in, _lingering
     with _lock:
         state, _loop = _loop, None
         _stopped_why, _stopped_in = why, ForkCheck()
+        lingering, _lingering = _lingering, []
+    deadline = time.monotonic() + EXIT_WAIT_S
+    for old in lingering:
+        while not old.released() and time.monotonic() < deadline:
+            time.sleep(0.002)
     if state is None or state.made.forked():
         return
-    deadline = time.monotonic() + EXIT_WAIT_S
     try:
         asyncio.run_coroutine_threadsafe(_cancel_all(), state.loop).result(
             max(0.0, deadline - time.monotonic())
         )
     except (concurrent.futures.TimeoutError, RuntimeError):
         pass  # a request that ignores cancellation: the wait below is bounded too
-    futures = state.loop.client_futures
-    while any(not f.released for f in list(futures)) and time.monotonic() < deadline:
-        time.sleep(0.002)  # lets the client's threads take the GIL and leave
-    released = not any(not f.released for f in list(futures))
-    state.loop.call_soon_threadsafe(state.loop.stop)
-    state.thread.join(max(0.0, deadline - time.monotonic()))
-    if released and not state.thread.is_alive():
-        state.loop.close()  # else a late completion would find it closed and say so
+    state.end(deadline, idle=False)
     for callback in _on_stop:
         callback()
 
@@ -201,3 +294,6 @@ def _stop_at_exit() -> None:
         "the interpreter is exiting (read and write buckets before the program ends, "
         "not in atexit handlers)"
     )
+
+
+os.register_at_fork(after_in_child=_after_fork)

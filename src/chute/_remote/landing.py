@@ -73,8 +73,12 @@ class Progress:
         self.path = path
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         self._attempt = secrets.randbits(64)
-        self._inode = os.fstat(partial_fd).st_ino
-        self.say(0, 0)
+        try:
+            self._inode = os.fstat(partial_fd).st_ino
+            self.say(0, 0)
+        except BaseException:  # a full disk: nothing of it is left
+            self.close()
+            raise
 
     def say(self, landed: int, landing_to: int) -> None:
         """Bytes ``[0, landed)`` are in the partial file; ``[landed, landing_to)`` come next."""

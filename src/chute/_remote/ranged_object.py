@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 from chute._core import metrics
 from chute._core.errors import ChuteError, SourceChangedError
+from chute._remote import io_loop
 from chute._remote.retry import RetryPolicy, with_retries
 
 T = TypeVar("T")
@@ -81,14 +82,19 @@ class RangedSource:
         self._lock = threading.Lock()
         self._indexed = known is not None
         self._first = b""  # the object's first bytes, taken at open when asked
+        self._let_go = io_loop.hold(self)  # the I/O loop's thread lives while it is open
         if known is not None:  # size and version from an index: no request to open
             self._size, self.version = known
-        else:
+            return
+        try:
             self._size, self.version, self._first = backend.run(
                 lambda: self._guard(
                     self._open(backend, first), "HEAD", anew=lambda: self._open(backend, 0)
                 )
             )
+        except BaseException:
+            self._let_go()
+            raise
 
     def size(self) -> int:
         return int(self._size)
@@ -171,6 +177,7 @@ class RangedSource:
 
     def close(self) -> None:
         self._backend = None
+        self._let_go()
 
     def __enter__(self) -> RangedSource:
         return self

@@ -26,12 +26,16 @@ leaves a partial file whose lock died with it; the next reservation deletes it.
 together: a download reserves its object's full size (``posix_fallocate``) under the
 directory's lock, after evicting the least recently used copies that no reader holds
 (a reader holds a shared lock on its copy).  When nothing can be evicted, the object is
-simply read from the bucket.  The disk's free space is kept above ``min_free``; a full
-disk (or a file size limit) stops caching, logs once, and reads go on from the bucket.
+simply read from the bucket.  Without a limit, it is the disk's whole size: the copies
+take what is free, as a download starts only while the disk's free space stays above
+``min_free`` beyond the bytes it reserves.  A full disk (found before a download
+starts, or as it allocates) or a file size limit stops caching, logs once, and reads go
+on from the bucket.  A directory this user cannot write is refused at open.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import fcntl
@@ -39,7 +43,6 @@ import functools
 import hashlib
 import logging
 import os
-import queue
 import re
 import threading
 import time
@@ -48,6 +51,7 @@ from typing import Any
 
 from chute._core import metrics
 from chute._core.fork import ForkCheck
+from chute._remote import io_loop
 from chute._remote.landing import LandingSource, LandingView, Progress
 from chute._remote.ranged_source import _pread_all
 
@@ -156,10 +160,23 @@ class ShardCache:
             raise OSError(
                 exc.errno, f"cache_dir {self.directory!r} cannot be made: {exc.strerror}"
             ) from None
+        _check_writable(self.directory)
         disk = os.statvfs(self.directory)
         whole = disk.f_blocks * disk.f_frsize
         self.limit = whole if limit is None else parse_bytes(limit, "cache_limit")
         self.min_free = min(1 << 30, whole // 20) if min_free is None else min_free
+        self._closing = threading.Event()  # set while close() stops this cache's downloads
+
+    def close(self) -> None:
+        """Stops this cache's downloads in this process: those queued are dropped, those
+        running end at their next chunk (their partial files deleted), and the download
+        threads that have no other work end before it returns.  The cache stays usable: a
+        later read starts its downloads again."""
+        self._closing.set()
+        try:
+            _downloads().cancel(self)
+        finally:
+            self._closing.clear()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"directory": self.directory, "limit": self.limit, "min_free": self.min_free}
@@ -231,7 +248,10 @@ class ShardCache:
             os.close(fd)
             metrics.count("cache_misses")
             return None
-        os.utime(fd)  # the least recently used copies are evicted first
+        try:
+            os.utime(fd)  # the least recently used copies are evicted first
+        except PermissionError:  # another user's copy, in a directory shared with them
+            pass
         metrics.count("cache_hits")
         return CachedCopy(path, fd)
 
@@ -267,7 +287,15 @@ class ShardCache:
         final = os.path.join(self._objects, name)
         if os.path.exists(final):
             return True
-        reserved = self._reserve(name, size)
+        try:
+            reserved = self._reserve(name, size)
+        except OSError as exc:  # a disk full before any check: creating a file fails
+            if exc.errno not in _FULL_DISK:
+                raise
+            _once(f"disk:{self.directory}", "chute: the disk of the cache at %s is full "
+                  "(%s); objects are read from the bucket.", self.directory,
+                  exc.strerror)  # fmt: skip
+            return False
         if reserved is None:
             return os.path.exists(final)
         fd, progress = reserved
@@ -277,9 +305,9 @@ class ShardCache:
             source = open_source()
             try:
                 if getattr(source, "streams", False):
-                    _stream(source, fd, size, progress)
+                    _stream(source, fd, size, progress, self._closing)
                 else:
-                    _in_groups(source, fd, size, progress, in_flight)
+                    _in_groups(source, fd, size, progress, in_flight, self._closing)
             finally:
                 source.close()
             if os.fstat(fd).st_size != size:
@@ -289,6 +317,8 @@ class ShardCache:
                 os.rename(partial, final)  # (between the two folders, it would miss it)
             self.mark_confirmed(url, version)  # its requests named the version
             done = True
+        except _Stopped:
+            pass  # close() stops it: the partial file goes
         except Exception as exc:
             logger.info("chute: the cache did not keep %s (%s); it is read from the bucket.",
                         url, exc)  # fmt: skip
@@ -395,8 +425,29 @@ class ShardCache:
         return sum(_size(e) for e in os.scandir(self._objects))
 
 
+def _check_writable(directory: str) -> None:
+    """Refuses a cache directory (or one of its folders) this process cannot write: made
+    by another user, or on a read-only disk."""
+    folders = ("", "objects", "partial", "confirmed", "landed")
+    paths = [os.path.join(directory, f) for f in folders] + [os.path.join(directory, ".lock")]
+    for path in paths:
+        if os.path.exists(path) and not os.access(path, os.W_OK):
+            owner = os.stat(path).st_uid
+            raise PermissionError(
+                errno.EACCES,
+                f"cache_dir {directory!r} cannot be written by this user ({path} belongs to "
+                f"user id {owner}, and this process runs as {os.geteuid()}; or its disk is "
+                "read-only). Pass a cache_dir of your own, or let this user write it "
+                f"(chmod -R g+w, or chown -R, on {directory}).",
+            )
+
+
 class _NoRoom(Exception):
     """No room for a download: the object is read from the bucket."""
+
+
+class _Stopped(Exception):
+    """The cache was closed while it downloaded the object."""
 
 
 def _size(entry: os.DirEntry[str]) -> int:
@@ -433,13 +484,15 @@ def _claimable(path: str, unlink: bool = False) -> bool:
         os.close(fd)
 
 
-def _stream(source: Any, fd: int, size: int, progress: Progress) -> None:
+def _stream(source: Any, fd: int, size: int, progress: Progress, stop: threading.Event) -> None:
     """Downloads the object in one streamed GET, each chunk written and said landed as it
     arrives, so that readers wait only for the bytes they need; a process's streams hold
     a chunk each (``backends.STREAM_CHUNK``)."""
     progress.say(0, size)  # readers may wait for any of it
 
     def write(offset: int, chunk: Any) -> None:
+        if stop.is_set():
+            raise _Stopped
         _pwrite_all(fd, chunk, offset)
         progress.say(offset + len(chunk), size)
         metrics.count("cache_bytes_downloaded", len(chunk))
@@ -447,11 +500,14 @@ def _stream(source: Any, fd: int, size: int, progress: Progress) -> None:
     source.stream_into(0, size, write)
 
 
-def _in_groups(source: Any, fd: int, size: int, progress: Progress, in_flight: _Bytes) -> None:
+def _in_groups(source: Any, fd: int, size: int, progress: Progress, in_flight: _Bytes,
+               stop: threading.Event) -> None:  # fmt: skip
     """Downloads the object in groups of ``PARTS_IN_FLIGHT`` ranged GETs, one group after
     the other, within the process's budget ``in_flight`` (sources that cannot stream)."""
     step = PART_BYTES * PARTS_IN_FLIGHT
     for start in range(0, size, step):
+        if stop.is_set():
+            raise _Stopped
         end = min(size, start + step)
         parts = [(o, min(PART_BYTES, size - o)) for o in range(start, end, PART_BYTES)]
         with in_flight.taking(end - start):
@@ -514,19 +570,22 @@ def _once(key: str, message: str, *args: Any) -> None:
 class _Downloads:
     """This process's downloads: ``DOWNLOADS`` at once on daemon threads, in the order
     asked, each object once (those in groups within ``BYTES_IN_FLIGHT`` requested and not
-    yet written).  At exit they are abandoned where they are: a partial file is never
-    taken for a copy."""
+    yet written).  A thread ends when no download is left to start, so none outlives the
+    work; ``cancel`` stops a cache's.  At exit they are abandoned where they are: a partial
+    file is never taken for a copy."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self._queue: collections.deque[tuple[Any, ...]] = collections.deque()
         self._threads: list[threading.Thread] = []
+        self._ended: list[threading.Thread] = []  # threads that left _work, to join
+        self._running: dict[threading.Thread, tuple[Any, ...]] = {}  # each thread's job
         self._asked: dict[tuple[str, str], float] = {}  # when each was last asked for
         # Each queued or running download's place in the queue, and how many began: the
         # queue is first in, first out, so a place less than DOWNLOADS past the ones that
         # began is a download that runs now or as soon as one of those ends.
         self._places: dict[tuple[str, str], int] = {}
         self._queued = self._began = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._in_flight = _Bytes(BYTES_IN_FLIGHT)  # this process's, as the threads are
         self.made = ForkCheck()
 
@@ -540,7 +599,8 @@ class _Downloads:
             self._asked[key] = now
             self._places[key] = self._queued
             self._queued += 1
-            self._queue.put((key, cache, url, version, size, open_source))
+            self._queue.append((key, cache, url, version, size, open_source))
+            self._ended = [t for t in self._ended if t.is_alive()]  # those gone need no join
             if len(self._threads) < DOWNLOADS:
                 name = f"chute-cache_{len(self._threads)}"
                 thread = threading.Thread(target=self._work, name=name, daemon=True)
@@ -554,16 +614,46 @@ class _Downloads:
             place = self._places.get(key)
             return place is not None and place - self._began < DOWNLOADS
 
+    def cancel(self, cache: ShardCache) -> None:
+        """Drops ``cache``'s queued downloads, waits for its running ones (told to stop by
+        ``cache``), and joins the threads that ended meanwhile."""
+        with self._lock:
+            for job in [job for job in self._queue if job[1] is cache]:
+                self._queue.remove(job)
+                self._places.pop(job[0], None)
+                self._asked.pop(job[0], None)  # asked for again after a later read
+            me = threading.current_thread()
+            stopped = [job for job in self._running.values() if job[1] is cache]
+            if not io_loop.on_loop_thread():  # (where the downloads' streams run)
+                self._lock.wait_for(
+                    lambda: all(j[1] is not cache or t is me for t, j in self._running.items())
+                )
+            for job in stopped:
+                if self._asked.get(job[0]) != float("inf"):  # stopped before it was whole
+                    self._asked.pop(job[0], None)
+            ended, self._ended = self._ended, []
+        for thread in ended:
+            if thread is not threading.current_thread():
+                thread.join()
+
     def _work(self) -> None:
+        me = threading.current_thread()
+        job: tuple[Any, ...] | None = None
         while True:
-            job = self._queue.get()
             with self._lock:
-                self._began += 1
-            try:
-                self._run(*job)
-            finally:
-                with self._lock:
+                if job is not None:
                     self._places.pop(job[0], None)
+                    del self._running[me]
+                if not self._queue:  # nothing left: the thread ends (submit starts another)
+                    self._threads.remove(me)
+                    self._ended.append(me)
+                    self._lock.notify_all()
+                    return
+                job = self._queue.popleft()
+                self._running[me] = job
+                self._began += 1
+                self._lock.notify_all()
+            self._run(*job)
 
     def _run(self, key: tuple[str, str], cache: ShardCache, url: str, version: str, size: int,
              open_source: Callable[[], Any]) -> None:  # fmt: skip

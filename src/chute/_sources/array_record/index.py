@@ -80,6 +80,7 @@ class _File:
         self.path, self.remote, self.filesystem = path, is_remote_url(path), filesystem
         self._source: Any = None
         self._opened_in: ForkCheck | None = None
+        self._known: tuple[int, str] | None = None  # its size and version, once closed
 
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.path, "filesystem": self.filesystem}  # opened again where it goes
@@ -92,10 +93,23 @@ class _File:
 
     def _opened(self) -> Any:
         if self._opened_in is None or self._opened_in.forked():  # a forked child opens its own
-            # Its header is read first: with obstore, in the request that opens it.
-            self._source = open_ranged(self.path, filesystem=self.filesystem, first=_FIRST_READ)
+            # Its header is read first: with obstore, in the request that opens it; opened
+            # again after close(), it is the version read before.
+            first = 0 if self._known else _FIRST_READ
+            self._source = open_ranged(self.path, self._known, self.filesystem, first)
             self._opened_in = ForkCheck()
         return self._source
+
+    def close(self) -> None:
+        """Closes the file opened in this process; a later read opens it again."""
+        source, opened_in = self._source, self._opened_in
+        if source is None or opened_in is None or opened_in.forked():
+            return
+        version = getattr(source, "version", None)
+        if self.remote and version:
+            self._known = (int(source.size()), str(version))
+        self._source, self._opened_in = None, None
+        source.close()
 
     def size(self) -> int:
         return int(self._opened().size())
@@ -172,6 +186,11 @@ class DatasetIndex:
     def retries(self) -> int:
         """Requests for the index file this process retried (0 for an index in memory)."""
         return self.file.retries() if self.file is not None else 0
+
+    def close(self) -> None:
+        """Closes the index file, if open; a later read opens it again."""
+        if self.file is not None:
+            self.file.close()
 
     def footer(self, k: int) -> Footer:
         """Shard ``k``'s chunk index.  Where its chunks are all the same size (as

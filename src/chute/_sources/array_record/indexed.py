@@ -126,6 +126,8 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         self._confirmed: set[int] = set()
         self._looked = 0.0
         self._looking = threading.Lock()
+        if self._cache is not None:  # collected unclosed, its downloads stop too
+            weakref.finalize(self, self._cache.close).atexit = False
 
     @property
     def retries(self) -> int | None:
@@ -416,6 +418,9 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
                 close_reader(reader)
             self._chunks.clear()
             self._awaiting.clear()
+            if self._cache is not None:
+                self._cache.close()  # its downloads in this process: none is left running
+        self._index.close()
 
     def _file_sizes(self) -> list[int]:
         return [s.size for s in self._index.shards]  # as the index saw them

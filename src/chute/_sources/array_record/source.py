@@ -104,8 +104,9 @@ class ArrayRecordDataSource:
             it is read as a local file (see ``chute._remote.shard_cache``).  Local files
             are read where they are.
         cache_limit: The most bytes the copies may take (``"20GB"``, or an int); None:
-            the disk's free space, less a margin.  A limit smaller than the largest
-            shard is refused.
+            the disk's whole size, so the copies take what is free on it, less a margin
+            (5% of the disk, at most 1 GiB, kept free beyond each download).  A limit
+            smaller than the largest shard is refused.
 
     >>> import tempfile, os
     >>> from chute._sources.array_record.writer import write_array_record

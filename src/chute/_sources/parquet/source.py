@@ -136,6 +136,8 @@ class ParquetDataSource:
             collections.OrderedDict()
         )
         self._cached_bytes = 0
+        if self._disk_cache is not None:  # collected unclosed, its downloads stop too
+            weakref.finalize(self, self._disk_cache.close).atexit = False
 
     def __len__(self) -> int:
         return self._len
@@ -228,7 +230,8 @@ class ParquetDataSource:
     def close(self) -> None:
         """Closes the files open in this process, in every thread; a later read opens them.
 
-        Their cached copies are let go of (they may be evicted).  Call it while no read runs.
+        Their cached copies are let go of (they may be evicted), and the downloads of
+        ``cache_dir`` this process runs for it stop.  Call it while no read runs.
         """
         if self._made.forked():
             self._reset()
@@ -238,6 +241,8 @@ class ParquetDataSource:
         for files in every:
             while files:
                 parquet_io.close_file(files.popitem()[1])
+        if self._disk_cache is not None:
+            self._disk_cache.close()
 
     def __enter__(self) -> ParquetDataSource:
         return self
