@@ -14,6 +14,12 @@ Exported, as the figures of this process and its worker processes:
 * gauges ``chute_cache_bytes_held``, ``chute_prefetch_buffer_depth``;
 * the histogram ``chute_remote_read_seconds`` (each ranged GET's latency, 1 ms to 10 s).
 
+A cache *hit* is a read (the records or ranges one call asks of one object) that the
+local shard cache served whole, from a copy or from what a download had landed; a
+*miss*, a read through the cache that went to the bucket for some of its bytes.  The
+bytes *held* are those in the cache directory on this host (copies and downloads under
+way, whichever process made them).
+
 The same figures, per iterator, are in ``chute.experimental.execution_summary``.
 """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,56 @@ def test_the_workers_reads_reach_the_parent_summed_once_each(
         assert reads.remote_bytes == since_open["remote_bytes"]
         assert 0 < reads.read_p50_seconds <= reads.read_p99_seconds <= 10.0
         assert "Object stores:" in str(summary)
+
+
+def _epoch(source: Any) -> tuple[Any, list[bytes]]:
+    """One epoch of ``source`` with statistics on: what the summary says it read, and the
+    records."""
+    ds = MapDataset.source(source).seed(1).shuffle().batch(100).to_iter_dataset()
+    options = experimental.DatasetOptions(
+        execution_tracking_mode=experimental.ExecutionTrackingMode.STAGE_TIMING
+    )
+    with iter(experimental.WithOptionsIterDataset(ds, options)) as it:
+        records = [x for batch in it for x in batch]
+        return experimental.execution_summary(it), records
+
+
+def test_the_cache_figures_count_reads_served_from_it_and_the_bytes_its_directory_holds(
+    s3: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("array_record")
+    from chute._sources.array_record import indexed
+    from chute._sources.array_record.index import write_index
+
+    monkeypatch.setattr(indexed, "LOOK_FOR_COPIES_S", 0.0)  # moves onto copies at once
+    urls, files = _upload(s3, tmp_path)
+    index = write_index(urls, s3.url("data/train.chute-index"))
+    cache_dir = tmp_path / "cache"
+    whole = sum(Path(f).stat().st_size for f in files)
+    source = ArrayRecordDataSource(index, cache_dir=cache_dir)
+    expected = sorted(ArrayRecordDataSource(files).__getitems__(list(range(1200))))
+    summary, records = _epoch(source)  # from the bucket, or what the downloads landed
+    first = summary.reads
+    assert sorted(records) == expected and first is not None
+    assert first.cache_hits + first.cache_misses > 0
+    for _ in range(1000):  # the downloads end (each is one GET of an 11 kB object)
+        if sum(p.stat().st_size for p in (cache_dir / "objects").iterdir()) == whole:
+            break
+        time.sleep(0.01)
+    _epoch(source)  # moves each shard onto its copy as it is read
+    summary, records = _epoch(source)  # epoch 3 reads only the copies
+    second = summary.reads
+    assert sorted(records) == expected and second is not None
+    assert second.cache_hits >= 4 and second.cache_misses == 0  # a read per shard at least
+    assert second.cache_bytes_read > 0 and second.remote_bytes == 0
+    assert second.cache_bytes_held == whole
+    # Another process (a fresh gauge) that only reads the copies: held is still the
+    # directory's.
+    metrics.set_gauge("cache_bytes_held", 0)
+    summary, records = _epoch(ArrayRecordDataSource(index, cache_dir=cache_dir))
+    again = summary.reads
+    assert sorted(records) == expected and again is not None
+    assert again.cache_hits >= 4 and again.cache_misses == 0
+    assert again.cache_bytes_held == whole
+    line = next(line for line in str(summary).splitlines() if line.startswith("Shard cache"))
+    assert f"{again.cache_hits:,} reads from it (hits), 0 from the bucket (misses)" in line, line

@@ -95,8 +95,19 @@ METRICS: dict[str, Metric] = {
         Metric(
             "remote_retries", COUNTER, "Object-store requests retried after a transient failure."
         ),
-        Metric("cache_hits", COUNTER, "Remote objects opened from the local shard cache."),
-        Metric("cache_misses", COUNTER, "Remote objects the local shard cache did not hold."),
+        Metric(
+            "cache_hits",
+            COUNTER,
+            "Reads of a cached remote object served whole by the local shard cache (a whole "
+            "copy, or bytes a download had landed); one read: the ranges or records one "
+            "call asks of one object.",
+        ),
+        Metric(
+            "cache_misses",
+            COUNTER,
+            "Reads of a remote object with a shard cache that went to the bucket for some "
+            "of their bytes (no copy yet, and not landed).",
+        ),
         Metric(
             "cache_evictions", COUNTER, "Objects evicted from the local shard cache (its budget)."
         ),
@@ -105,7 +116,8 @@ METRICS: dict[str, Metric] = {
         Metric(
             "cache_bytes_held",
             GAUGE,
-            "Bytes the local shard cache holds on disk.",
+            "Bytes in the local shard cache's directory (whole copies and downloads under way, "
+            "by every process of the host); the directory this process opened or filled last.",
             per_process=False,
         ),
         Metric(

@@ -203,6 +203,12 @@ def _unread(out: list[Any]) -> list[int]:
     return [i for i, data in enumerate(out) if data is None]
 
 
+def _count_read(from_bucket: bool) -> None:
+    """One read of an object the cache keeps: a miss where the bucket served some of it,
+    else a hit (all of it had landed)."""
+    metrics.count("cache_misses" if from_bucket else "cache_hits")
+
+
 class LandingSource:
     """An object's bucket source whose reads take what a download of it has landed (see
     the module); everything else is the bucket source's.
@@ -246,7 +252,9 @@ class LandingSource:
             time.sleep(POLL_S)
             coming = self._landed(out, ranges, coming)
         # The bucket serves what did not land: given up on, or no longer coming.
-        self._fill(out, _unread(out), self._inner.read_ranges, ranges)
+        unread = _unread(out)
+        self._fill(out, unread, self._inner.read_ranges, ranges)
+        _count_read(bool(fetch or unread))
         return out  # every range read: none left None
 
     async def read_ranges_async(self, ranges: list[tuple[int, int]]) -> list[bytes]:
@@ -273,7 +281,9 @@ class LandingSource:
             await gather_or_cancel([from_bucket(fetch), landing()])
         else:
             await from_bucket(fetch)
-        await from_bucket(_unread(out))  # gave up on them, or they are no longer coming
+        unread = _unread(out)
+        await from_bucket(unread)  # gave up on them, or they are no longer coming
+        _count_read(bool(fetch or unread))
         return out  # every range read: none left None
 
     def _landed(self, out: list[Any], ranges: list[tuple[int, int]], coming: set[int]) -> set[int]:

@@ -165,6 +165,8 @@ class ShardCache:
         whole = disk.f_blocks * disk.f_frsize
         self.limit = whole if limit is None else parse_bytes(limit, "cache_limit")
         self.min_free = min(1 << 30, whole // 20) if min_free is None else min_free
+        with contextlib.suppress(OSError):  # what the host holds here, whoever downloaded it
+            metrics.set_gauge("cache_bytes_held", self._held_now())
         self._closing = threading.Event()  # set while close() stops this cache's downloads
 
     def close(self) -> None:
@@ -241,19 +243,16 @@ class ShardCache:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            metrics.count("cache_misses")
             return None
         fcntl.flock(fd, fcntl.LOCK_SH)  # an eviction holds the exclusive lock for an instant
         if os.fstat(fd).st_nlink == 0:  # evicted between the open and the lock
             os.close(fd)
-            metrics.count("cache_misses")
             return None
         try:
             os.utime(fd)  # the least recently used copies are evicted first
         except PermissionError:  # another user's copy, in a directory shared with them
             pass
-        metrics.count("cache_hits")
-        return CachedCopy(path, fd)
+        return CachedCopy(path, fd)  # (its reads count the hits: CopySource, the readers)
 
     def landing(self, url: str, version: str | None, source: Any) -> Any:
         """``source`` (``url``'s bucket source, at ``version``), reading what a download of
@@ -423,6 +422,10 @@ class ShardCache:
     def held_bytes(self) -> int:
         """Bytes of whole copies now."""
         return sum(_size(e) for e in os.scandir(self._objects))
+
+    def _held_now(self) -> int:
+        """Bytes of whole copies and of downloads under way, by any process of the host."""
+        return self.held_bytes() + sum(_size(e) for e in os.scandir(self._partial))
 
 
 def _check_writable(directory: str) -> None:
@@ -765,6 +768,7 @@ class CopySource:
                 )
             out.append(_pread_all(self._fd, length, offset))
         metrics.count("cache_bytes_read", sum(len(d) for d in out))
+        metrics.count("cache_hits")
         return out
 
     def read_all(self) -> bytes:

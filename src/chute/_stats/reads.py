@@ -28,11 +28,16 @@ class ReadStats:
       read_p50_seconds, read_p99_seconds: the median and 99th percentile of a ranged
         GET's latency, estimated from the histogram's buckets (0 when none was made).
       read_mean_seconds: the mean latency of a ranged GET (0 when none was made).
-      cache_hits, cache_misses, cache_evictions: objects opened from the local shard
-        cache, not found there, and evicted from it.
-      cache_bytes_read: bytes read from cached copies.
+      cache_hits: reads served whole by the local shard cache: a whole copy, or bytes
+        a download had landed (a read: the records or ranges one call asks of one
+        object, e.g. a batch's records in one shard).
+      cache_misses: reads through a cache that went to the bucket for some of their
+        bytes (no copy yet, and not landed).
+      cache_evictions: copies evicted to make room.
+      cache_bytes_read: bytes those reads took from the cache.
       cache_bytes_downloaded: bytes downloaded into the cache.
-      cache_bytes_held: bytes the cache holds now.
+      cache_bytes_held: bytes in the cache directory now (whole copies and downloads
+        under way, by every process of this host), whoever downloaded them.
     """
 
     remote_bytes: int = 0
@@ -113,9 +118,10 @@ def text(reads: ReadStats, seconds: Any, size: Any) -> list[str]:
         )
     if reads.cache_hits or reads.cache_misses or reads.cache_bytes_read:
         lines.append(
-            f"Shard cache: {reads.cache_hits:,} hits, {reads.cache_misses:,} misses, "
-            f"{reads.cache_evictions:,} evictions; {size(reads.cache_bytes_read)} read from "
-            f"it, {size(reads.cache_bytes_downloaded)} downloaded; "
-            f"{size(reads.cache_bytes_held)} held."
+            f"Shard cache: {reads.cache_hits:,} reads from it (hits), {reads.cache_misses:,} "
+            f"from the bucket (misses), {reads.cache_evictions:,} evictions; "
+            f"{size(reads.cache_bytes_read)} read from it, "
+            f"{size(reads.cache_bytes_downloaded)} downloaded; its directory holds "
+            f"{size(reads.cache_bytes_held)} on this host."
         )
     return lines

@@ -48,6 +48,7 @@ class CachedShardReader:
                 f"cannot be read: {exc}. Delete it (or the cache directory) to fetch it again."
             ) from exc
         metrics.count("cache_bytes_read", sum(map(len, records)))
+        metrics.count("cache_hits")
         return records
 
     def release_cache(self) -> None:
