@@ -238,3 +238,56 @@ def test_a_refused_connection_names_the_endpoint_to_check(monkeypatch: pytest.Mo
     message = str(info.value)
     assert "HEAD s3://bucket/k.bin failed after 2 tries" in message
     assert f"connection was refused: check the endpoint (AWS_ENDPOINT_URL={refused})" in message
+
+
+_METADATA_DENIED = """Generic {store} error: Error performing token request: ...
+
+Debug source:
+Generic {{
+    store: "{store}",
+    source: TokenRequest {{
+        source: RetryError(
+            RetryErrorImpl {{
+                method: GET,
+                uri: Some(
+                    http://169.254.169.254{path},
+                ),
+                retries: 0,
+                inner: Status {{
+                    status: {status},
+                    body: None,
+                }},
+            }},
+        ),
+    }},
+}}"""
+
+
+@pytest.mark.parametrize(
+    ("store", "path", "variable"),
+    [
+        ("GCS", "/computeMetadata/v1/instance/service-accounts/default/token",
+         "GOOGLE_APPLICATION_CREDENTIALS"),
+        ("MicrosoftAzure", "/metadata/identity/oauth2/token?api-version=2019-08-01",
+         "AZURE_STORAGE_ACCOUNT_KEY"),
+        ("S3", "/latest/api/token", "AWS_SECRET_ACCESS_KEY"),
+    ],
+)  # fmt: skip
+def test_each_stores_failed_credential_lookup_says_what_to_set(
+    store: str, path: str, variable: str
+) -> None:
+    """obstore's errors as they read when the metadata server is denied (403) or throttled."""
+    from obstore.exceptions import GenericError
+
+    import chute
+    from chute._remote.credentials import missing_credentials
+
+    denied = GenericError(_METADATA_DENIED.format(store=store, path=path, status=403))
+    found = missing_credentials(denied, "GET x://b/k")
+    assert isinstance(found, chute.CredentialsNotFoundError), denied
+    assert f"GET x://b/k: no credentials found for {store}" in str(found)
+    assert variable in str(found)
+    throttled = GenericError(_METADATA_DENIED.format(store=store, path=path, status=503))
+    assert missing_credentials(throttled, "GET x://b/k") is None  # on the cloud: retried
+    elsewhere = GenericError(_METADATA_DENIED.format(store=store, path="/b/k", status=403))
+    assert missing_credentials(elsewhere, "GET x://b/k") is None  # the store's own 403

@@ -85,16 +85,18 @@ class FileChangedError(SourceChangedError, ValueError):
 
 
 class ObjectStoreError(ChuteError, OSError):
-    """A request to an object store (``s3://``, ``gs://``, ``az://``, ``https://``) failed
-    for good: it kept failing after its retries, or cannot pass however often it is tried.
+    """A request to an object store failed for good.
 
-    A missing object and denied access raise ``FileNotFoundError`` and
-    ``PermissionError`` instead, as for local files."""
+    It kept failing after its retries (``s3://``, ``gs://``, ``az://``, ``https://``), or
+    cannot pass however often it is tried.  A missing object and denied access raise
+    ``FileNotFoundError`` and ``PermissionError`` instead, as for local files."""
 
 
 class CredentialsNotFoundError(ObjectStoreError, PermissionError):
-    """No credentials for a bucket's store were found: none in the environment, and no
-    instance-metadata server to ask.  The message names the variables to set."""
+    """No credentials for a bucket's store were found.
+
+    None were in the environment, and no instance-metadata server answered.  The message
+    names the variables to set."""
 
 
 class WorkerDiedError(ChuteError, RuntimeError):
