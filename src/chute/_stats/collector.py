@@ -47,7 +47,7 @@ class Collector:
         self.due = False
         self.outer = StageRecord()  # replaced by watch()
         self._implicit = ""  # the stage watch() timed itself, if any
-        self._shape: list[tuple[str, str, tuple[int, ...]]] | None = None  # report()'s stages
+        self._shape: list[tuple[str, str, tuple[int, ...], bool]] | None = None  # report()'s stages
         self._counting: list[tuple[int, Any]] | None = None  # stages whose sources count retries
         self.metrics_start = metrics.snapshot()  # the summary's reads count from here
 
