@@ -222,3 +222,24 @@ def test_the_scan_sees_an_upward_import_in_core() -> None:
     known = frozenset({"chute._stages"})
     found = scan("def f():\n    from chute import _stages\n", "chute._core.x", known)
     assert [package_of(module) for module, _ in found] == ["_stages"]
+
+
+def circles_inside(package: str) -> list[list[str]]:
+    """The circles of imports between modules of ``package`` (imports inside functions count)."""
+    modules = _modules()
+    known = frozenset(modules)
+    graph: dict[str, set[str]] = defaultdict(set)
+    for module, path in modules.items():
+        if package_of(module) != package:
+            continue
+        for imported, _ in scan(path.read_text(), module, known, path.name == "__init__.py"):
+            if imported in known and imported != module and package_of(imported) == package:
+                graph[module].add(imported)
+    return _circles(graph)
+
+
+def test_no_import_circle_inside_core() -> None:
+    # node.py holds what both dataset kinds share; iter_dataset.py builds on it alone, and
+    # dataset.py (MapDataset, and the re-export of IterDataset) on both.
+    circles = circles_inside("_core")
+    assert not circles, f"these modules of _core import each other in a circle: {circles}"

@@ -9,9 +9,10 @@ small JSON-serialisable dict by ``get_state()`` and restored by
 Every ``MapDataset`` stage implements the batched read ``_getitems(indices)``
 so that work flows through the pipeline in chunks, not one element at a time.
 The fluent methods below only delegate, in one line, to the stage classes that
-``chute._stages`` registers (``chute._core.registry``).  What both kinds share
-lives in ``node.py``; ``IterDataset`` lives in ``iter_dataset.py`` and is
-re-exported here.
+``chute._stages`` registers (``chute._core.registry``); each is annotated with
+the stage class it builds, imported for type checkers only.  What both kinds
+share lives in ``node.py``; ``IterDataset`` lives in ``iter_dataset.py``, below
+this module, and is re-exported here.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, overload
 import numpy as np
 
 from chute._core.indexing import read_at
+from chute._core.iter_dataset import IterDataset
 from chute._core.iterator import STATE_VERSION, DatasetIterator, _CheckedInit
 from chute._core.node import Node
 from chute._core.registry import stages as _s
@@ -38,7 +40,24 @@ __all__ = [
 
 if TYPE_CHECKING:
     from chute._core.options import ReadOptions
-    from chute._core.transforms import Filter, Map, MapWithIndex, RandomMap
+    from chute._core.transforms import Filter, FlatMap, Map, MapWithIndex, RandomMap
+    from chute._stages.registered import (
+        BatchMapDataset,
+        ConcatenateMapDataset,
+        FilterMapDataset,
+        FlatMapMapDataset,
+        MapMapDataset,
+        MapWithIndexMapDataset,
+        MixedMapDataset,
+        PrefetchIterDataset,
+        RandomMapMapDataset,
+        RangeMapDataset,
+        RepeatMapDataset,
+        SelectionMapDataset,
+        ShuffleMapDataset,
+        SliceMapDataset,
+        SourceMapDataset,
+    )
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -82,7 +101,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
     @overload
     def __getitem__(self, index: int) -> T | None: ...
     @overload
-    def __getitem__(self, index: slice) -> MapDataset[T]: ...
+    def __getitem__(self, index: slice) -> SliceMapDataset[T]: ...
 
     def __getitem__(self, index):
         """Element ``index`` (``None`` if filtered out), or a lazy slice.
@@ -131,7 +150,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
     # -- factories -------------------------------------------------------------------
 
     @staticmethod
-    def source(source: Any) -> MapDataset[Any]:
+    def source(source: Any) -> SourceMapDataset:
         """A MapDataset over anything with ``__len__`` and ``__getitem__``.
 
         Uses the source's ``__getitems__(indices)`` for batched reads when it
@@ -154,7 +173,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         return _s.SourceMapDataset(source)
 
     @staticmethod
-    def range(start: int, stop: int | None = None, step: int = 1) -> MapDataset[int]:
+    def range(start: int, stop: int | None = None, step: int = 1) -> RangeMapDataset:
         """Integers like Python's ``range``.
 
         Args:
@@ -173,7 +192,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
     @staticmethod
     def mix(
         datasets: Sequence[MapDataset[Any]], weights: Sequence[float] | None = None
-    ) -> MapDataset[Any]:
+    ) -> MixedMapDataset:
         """Interleaves datasets in proportion to ``weights`` (equal by default).
 
         The mix ends with its first exhausted dataset, as in Grain; put
@@ -195,7 +214,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         return _s.MixedMapDataset(datasets, weights)
 
     @staticmethod
-    def concatenate(datasets: Sequence[MapDataset[Any]]) -> MapDataset[Any]:
+    def concatenate(datasets: Sequence[MapDataset[Any]]) -> ConcatenateMapDataset:
         """The datasets one after another.
 
         Args:
@@ -212,7 +231,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
     @staticmethod
     def select_from_datasets(
         datasets: Sequence[MapDataset[Any]], selection_map: Any
-    ) -> MapDataset[Any]:
+    ) -> SelectionMapDataset:
         """Elements picked by ``selection_map[i] -> (dataset index, index in it)``.
 
         Args:
@@ -233,8 +252,8 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         batch_size: int,
         *,
         drop_remainder: bool = False,
-        batch_fn: Callable[[Sequence[T]], S] | None = None,
-    ) -> MapDataset[S]:
+        batch_fn: Callable[[Sequence[T]], Any] | None = None,
+    ) -> BatchMapDataset:
         """Groups consecutive elements of each epoch into batches.
 
         Each leaf of the elements' structure (dicts, tuples, lists, dataclasses)
@@ -266,7 +285,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
             self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn
         )
 
-    def filter(self, transform: Filter | Callable[[T], bool]) -> MapDataset[T]:
+    def filter(self, transform: Filter | Callable[[T], bool]) -> FilterMapDataset[T]:
         """Keeps elements where ``transform`` is true; the others read as ``None``.
 
         The length does not change: a filtered index reads as ``None``, and
@@ -288,7 +307,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         """
         return _s.FilterMapDataset(self, transform)
 
-    def map(self, transform: Map | Callable[[T], S]) -> MapDataset[S]:
+    def map(self, transform: Map | Callable[[T], S]) -> MapMapDataset[S]:
         """Applies ``transform`` to every element.
 
         An exception from ``transform`` reaches you unchanged, with a note that
@@ -305,7 +324,9 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         """
         return _s.MapMapDataset(self, transform)
 
-    def map_with_index(self, transform: MapWithIndex | Callable[[int, T], S]) -> MapDataset[S]:
+    def map_with_index(
+        self, transform: MapWithIndex | Callable[[int, T], S]
+    ) -> MapWithIndexMapDataset[S]:
         """Applies ``transform(index, element)`` to every element.
 
         Args:
@@ -322,7 +343,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
 
     def random_map(
         self, transform: RandomMap | Callable[[T, Any], S], *, seed: int | None = None
-    ) -> MapDataset[S]:
+    ) -> RandomMapMapDataset[S]:
         """Applies ``transform(element, rng)`` with a per-element reproducible RNG.
 
         Element ``i`` gets ``numpy.random.Generator(Philox(seed))`` with its
@@ -347,7 +368,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         """
         return _s.RandomMapMapDataset(self, transform, seed=seed)
 
-    def shuffle(self, seed: int | None = None) -> MapDataset[T]:
+    def shuffle(self, seed: int | None = None) -> ShuffleMapDataset[T]:
         """A global shuffle, different in every epoch.
 
         A pseudo-random permutation of the indices (Grain's index shuffle, so
@@ -369,7 +390,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         """
         return _s.ShuffleMapDataset(self, seed=seed)
 
-    def slice(self, sl: slice | Sequence[int]) -> MapDataset[T]:
+    def slice(self, sl: slice | Sequence[int]) -> SliceMapDataset[T]:
         """The elements at a slice or a sequence of indices.
 
         A sequence (chute's addition) picks positions of the first epoch, as
@@ -391,7 +412,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
 
     def repeat(
         self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
-    ) -> MapDataset[T]:
+    ) -> RepeatMapDataset[T]:
         """Repeats the dataset (forever when ``num_epochs`` is None).
 
         Epoch ``e`` reads indices ``e * len`` onwards of this dataset, so
@@ -413,7 +434,7 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
 
     def to_iter_dataset(
         self, read_options: ReadOptions | None = None, *, allow_nones: bool = False
-    ) -> IterDataset[T]:
+    ) -> PrefetchIterDataset[T]:
         """An IterDataset reading this dataset in order, in chunks, on threads.
 
         Filtered (``None``) elements are skipped.  Chunk sizes and the number
@@ -433,6 +454,19 @@ class MapDataset(Node, Generic[T], metaclass=_CheckedInit):
         """
         return _s.PrefetchIterDataset(self, read_options=read_options, allow_nones=allow_nones)
 
+    def _flat_map(self, transform: FlatMap) -> FlatMapMapDataset:
+        """``apply``'s stage for a ``FlatMap`` (Grain has no ``flat_map`` method)."""
+        return _s.FlatMapMapDataset(self, transform)
 
-# IterDataset subclasses the classes above, so it is imported last.
-from chute._core.iter_dataset import IterDataset, as_iter_dataset  # noqa: E402
+
+def as_iter_dataset(parent: Any, stage: str) -> IterDataset[Any]:
+    """``parent`` as an IterDataset (a MapDataset is read in order), for ``stage``'s errors."""
+    if isinstance(parent, MapDataset):
+        return parent.to_iter_dataset()
+    if not isinstance(parent, IterDataset):
+        raise TypeError(
+            f"{stage} reads an IterDataset or a MapDataset (got {parent!r} that is a "
+            f"{type(parent).__name__}); build one with "
+            "chute.MapDataset.source(...).to_iter_dataset()."
+        )
+    return parent

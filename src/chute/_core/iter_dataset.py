@@ -1,7 +1,10 @@
 """``IterDataset``: a lazy dataset that can only be iterated, and its fluent methods.
 
-Re-exported by ``chute._core.dataset``; the fluent methods delegate, in one
-line, to the stage classes that ``chute._stages`` registers (``chute._core.registry``).
+Re-exported by ``chute._core.dataset``, which imports it (this module imports
+only ``node``, never ``dataset``: ``MapDataset`` is named for type checkers
+alone).  The fluent methods delegate, in one line, to the stage classes that
+``chute._stages`` registers (``chute._core.registry``); each is annotated with
+the stage class it builds.
 """
 
 from __future__ import annotations
@@ -10,14 +13,22 @@ import abc
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from chute._core.dataset import MapDataset
 from chute._core.iterator import DatasetIterator, _CheckedInit
 from chute._core.node import Node
 from chute._core.registry import stages as _s
 
 if TYPE_CHECKING:
     from chute._core.options import MultiprocessingOptions, RayExecutor
-    from chute._core.transforms import Filter, Map, MapWithIndex, RandomMap
+    from chute._core.transforms import Filter, FlatMap, Map, MapWithIndex, RandomMap
+    from chute._stages.registered import (
+        BatchIterDataset,
+        FilterIterDataset,
+        FlatMapIterDataset,
+        MapIterDataset,
+        MapWithIndexIterDataset,
+        MixedIterDataset,
+        RandomMapIterDataset,
+    )
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -34,6 +45,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
     Args:
         parents: For subclasses: the dataset or datasets this one reads from.
 
+    >>> from chute import MapDataset
     >>> ds = MapDataset.range(5).to_iter_dataset().map(lambda x: x + 1).batch(2)
     >>> [b.tolist() for b in ds]
     [[1, 2], [3, 4], [5]]
@@ -50,7 +62,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
     def mix(
         datasets: Sequence[IterDataset[Any]] | Mapping[str, IterDataset[Any]],
         weights: Sequence[float] | Mapping[str, float] | None = None,
-    ) -> IterDataset[Any]:
+    ) -> MixedIterDataset:
         """Interleaves datasets in proportion to ``weights``.
 
         The mix ends with its first exhausted dataset, as in Grain.
@@ -66,6 +78,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         Raises:
             ValueError: The weights do not match the datasets or are not positive.
 
+        >>> from chute import MapDataset
         >>> a, b = MapDataset.range(3).to_iter_dataset(), MapDataset.range(10, 16).to_iter_dataset()
         >>> list(IterDataset.mix({"a": a, "b": b}, weights={"a": 1, "b": 2}))
         [0, 10, 11, 1, 12, 13, 2, 14, 15]
@@ -77,8 +90,8 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         batch_size: int,
         *,
         drop_remainder: bool = False,
-        batch_fn: Callable[[Sequence[T]], S] | None = None,
-    ) -> IterDataset[S]:
+        batch_fn: Callable[[Sequence[T]], Any] | None = None,
+    ) -> BatchIterDataset:
         """Groups consecutive elements into batches.
 
         Each leaf of the elements' structure is stacked into a numpy array with
@@ -93,6 +106,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         Returns:
             An IterDataset of batches.
 
+        >>> from chute import MapDataset
         >>> ds = MapDataset.range(5).to_iter_dataset().batch(2, drop_remainder=True)
         >>> [b.tolist() for b in ds]
         [[0, 1], [2, 3]]
@@ -101,7 +115,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
             self, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn
         )
 
-    def filter(self, transform: Filter | Callable[[T], bool]) -> IterDataset[T]:
+    def filter(self, transform: Filter | Callable[[T], bool]) -> FilterIterDataset[T]:
         """Keeps the elements where ``transform`` is true.
 
         Args:
@@ -110,12 +124,13 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         Returns:
             An IterDataset of the kept elements.
 
+        >>> from chute import MapDataset
         >>> list(MapDataset.range(6).to_iter_dataset().filter(lambda x: x > 3))
         [4, 5]
         """
         return _s.FilterIterDataset(self, transform)
 
-    def map(self, transform: Map | Callable[[T], S]) -> IterDataset[S]:
+    def map(self, transform: Map | Callable[[T], S]) -> MapIterDataset[S]:
         """Applies ``transform`` to every element.
 
         An exception from ``transform`` reaches you unchanged, with a note that
@@ -127,12 +142,15 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         Returns:
             An IterDataset of the results.
 
+        >>> from chute import MapDataset
         >>> list(MapDataset.range(3).to_iter_dataset().map(str))
         ['0', '1', '2']
         """
         return _s.MapIterDataset(self, transform)
 
-    def map_with_index(self, transform: MapWithIndex | Callable[[int, T], S]) -> IterDataset[S]:
+    def map_with_index(
+        self, transform: MapWithIndex | Callable[[int, T], S]
+    ) -> MapWithIndexIterDataset[S]:
         """Applies ``transform(index, element)``; index counts this stage's input.
 
         Args:
@@ -142,6 +160,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         Returns:
             An IterDataset of the results.
 
+        >>> from chute import MapDataset
         >>> ds = MapDataset.range(10).to_iter_dataset().filter(lambda x: x > 7)
         >>> list(ds.map_with_index(lambda i, x: (i, x)))
         [(0, 8), (1, 9)]
@@ -150,7 +169,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
 
     def random_map(
         self, transform: RandomMap | Callable[[T, Any], S], *, seed: int | None = None
-    ) -> IterDataset[S]:
+    ) -> RandomMapIterDataset[S]:
         """Applies ``transform(element, rng)`` with a per-element reproducible RNG.
 
         The ``n``-th element this stage sees gets ``Generator(Philox(seed))``
@@ -169,6 +188,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         Raises:
             ValueError: No ``seed`` and no ``.seed()`` mark above.
 
+        >>> from chute import MapDataset
         >>> ds = MapDataset.range(3).to_iter_dataset()
         >>> list(ds.random_map(lambda x, rng: x + int(rng.integers(0, 100)), seed=7))
         [26, 70, 3]
@@ -212,7 +232,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
                 ``worker_init_fn`` is not callable or ``executor`` is not a
                 ``RayExecutor``.
 
-        >>> from chute import MultiprocessingOptions
+        >>> from chute import MapDataset, MultiprocessingOptions
         >>> ds = MapDataset.range(6).to_iter_dataset().batch(2)
         >>> [b.tolist() for b in ds.mp_prefetch(MultiprocessingOptions(num_workers=2))]
         [[0, 2], [1, 3], [4], [5]]
@@ -230,15 +250,6 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         """
         return _s.prefetch(self, options)
 
-
-def as_iter_dataset(parent: Any, stage: str) -> IterDataset[Any]:
-    """``parent`` as an IterDataset (a MapDataset is read in order), for ``stage``'s errors."""
-    if isinstance(parent, MapDataset):
-        return parent.to_iter_dataset()
-    if not isinstance(parent, IterDataset):
-        raise TypeError(
-            f"{stage} reads an IterDataset or a MapDataset (got {parent!r} that is a "
-            f"{type(parent).__name__}); build one with "
-            "chute.MapDataset.source(...).to_iter_dataset()."
-        )
-    return parent
+    def _flat_map(self, transform: FlatMap) -> FlatMapIterDataset:
+        """``apply``'s stage for a ``FlatMap`` (Grain has no ``flat_map`` method)."""
+        return _s.FlatMapIterDataset(self, transform)

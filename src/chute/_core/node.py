@@ -20,6 +20,7 @@ from chute._core.transforms import (
 )
 
 S = TypeVar("S")
+N = TypeVar("N", bound="Node")
 
 
 class Node:
@@ -43,7 +44,7 @@ class Node:
             raise AttributeError(f"{type(self).__name__} has {len(self._parents)} parents, not 1.")
         return self._parents[0]
 
-    def seed(self, seed: int) -> Any:
+    def seed(self: N, seed: int) -> N:
         """Marks this dataset with ``seed`` for the random stages after it.
 
         Random stages without their own seed (``shuffle``, ``random_map``, ...)
@@ -163,11 +164,8 @@ def apply_one(ds: Any, t: Any) -> Any:
         return ds.map_with_index(t)
     if isinstance(t, Filter):
         return ds.filter(t)
-    if isinstance(t, FlatMap):
-        stage = (
-            _s.FlatMapMapDataset if isinstance(ds, _dataset.MapDataset) else _s.FlatMapIterDataset
-        )
-        return stage(ds, t)
+    if isinstance(t, FlatMap):  # MapDataset and IterDataset each build their own stage
+        return ds._flat_map(t)
     if isinstance(t, Batch):
         return ds.batch(t.batch_size, drop_remainder=t.drop_remainder, batch_fn=t.batch_fn)
     if isinstance(t, TfRandomMap):
@@ -188,7 +186,3 @@ class UnsupportedTransformError(TypeError, NotImplementedError):
 
     A ``TypeError``, and the ``NotImplementedError`` that Grain raises for it.
     """
-
-
-# MapDataset builds on Node, so it is reached through its module.
-from chute._core import dataset as _dataset  # noqa: E402

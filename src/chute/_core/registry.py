@@ -7,7 +7,8 @@ does a worker process, whose fork server imports chute):
 
 * ``stages``: the stage classes that the fluent methods build (``ds.map(f)`` is
   ``stages.MapMapDataset(ds, f)``), and the element-spec rules; registered by
-  ``chute._stages`` with ``register_stages``;
+  ``chute._stages`` with ``register_stages``, from the list in
+  ``chute._stages.registered``, which is what a type checker sees as ``stages``;
 * ``stats``: whether ``iter(ds)`` keeps statistics and how it times a pipeline;
   installed by ``chute._stats`` with ``install_stats``;
 * ``from_grain``: the translation of a state saved by Grain's iterator that
@@ -21,7 +22,7 @@ stages can recognise each other without knowing about statistics.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from chute._core.errors import CheckpointError
 
@@ -47,8 +48,11 @@ class _Stages:
         )
 
 
-#: The stage classes: ``stages.BatchMapDataset``, ``stages.mp_prefetch``, ...
-stages = _Stages()
+if TYPE_CHECKING:  # what type checkers and editors see: the stage classes themselves
+    from chute._stages import registered as stages
+else:
+    #: The stage classes: ``stages.BatchMapDataset``, ``stages.mp_prefetch``, ...
+    stages = _Stages()
 
 
 def register_stages(**entries: Any) -> None:

@@ -2,7 +2,8 @@
 
 Importing this package registers the stages that the fluent methods of
 ``MapDataset`` and ``IterDataset`` build, and the element-spec rules, with
-``chute._core.registry`` (``_core`` imports nothing from here).
+``chute._core.registry`` (``_core`` imports nothing from here); ``registered``
+lists them.
 """
 
 from chute._core.registry import register_stages
@@ -20,6 +21,7 @@ from chute._stages import (  # noqa: F401
     multithread_prefetch,
     prefetch,
     rebatch,
+    registered,
     repeat,
     shuffle,
     slice,
@@ -29,30 +31,4 @@ from chute._stages import (  # noqa: F401
     zip,
 )
 
-register_stages(
-    BatchIterDataset=batch.BatchIterDataset,
-    BatchMapDataset=batch.BatchMapDataset,
-    ConcatenateMapDataset=mix.ConcatenateMapDataset,
-    FilterIterDataset=filter.FilterIterDataset,
-    FilterMapDataset=filter.FilterMapDataset,
-    FlatMapIterDataset=flat_map.FlatMapIterDataset,
-    FlatMapMapDataset=flat_map.FlatMapMapDataset,
-    MapIterDataset=map.MapIterDataset,
-    MapMapDataset=map.MapMapDataset,
-    MapWithIndexIterDataset=map.MapWithIndexIterDataset,
-    MapWithIndexMapDataset=map.MapWithIndexMapDataset,
-    MixedIterDataset=mix_iter.MixedIterDataset,
-    MixedMapDataset=mix.MixedMapDataset,
-    PrefetchIterDataset=prefetch.PrefetchIterDataset,
-    RandomMapIterDataset=map.RandomMapIterDataset,
-    RandomMapMapDataset=map.RandomMapMapDataset,
-    RangeMapDataset=source_dataset.RangeMapDataset,
-    RepeatMapDataset=repeat.RepeatMapDataset,
-    SelectionMapDataset=mix.SelectionMapDataset,
-    ShuffleMapDataset=shuffle.ShuffleMapDataset,
-    SliceMapDataset=slice.SliceMapDataset,
-    SourceMapDataset=source_dataset.SourceMapDataset,
-    mp_prefetch=mp_prefetch.mp_prefetch,
-    prefetch=mp_prefetch.prefetch,
-    spec_from_rules=element_spec.spec_from_rules,
-)
+register_stages(**{name: getattr(registered, name) for name in registered.__all__})

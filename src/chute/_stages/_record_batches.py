@@ -78,14 +78,14 @@ def _unbatched_read(read: PrefetchIterDataset) -> IterDataset[Any]:
     if not isinstance(node, BatchMapDataset) or untimed_type(node) is not BatchMapDataset:
         return read
     records = node._parent if picked is None else _records_of(node, picked)
-    rows = PrefetchIterDataset(
+    rows: IterDataset[Any] = PrefetchIterDataset(
         records, read_options=read._read_options, allow_nones=read._allow_nones
     )
     out: IterDataset[Any] = BatchIterDataset(
         rows, node._batch_size, drop_remainder=node._drop, batch_fn=node._batch_fn
     )
     for stage in reversed(maps):
-        mapped = MapIterDataset(out, stage._fn)
+        mapped: MapIterDataset[Any] = MapIterDataset(out, stage._fn)
         mapped._label = stage._label  # errors name the user's function as before
         out = mapped
     return out

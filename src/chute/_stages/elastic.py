@@ -91,7 +91,7 @@ class ElasticIterator(IterDataset[Any]):
         stop = start + size * max(0, (len(self._ds) - start) // size)
         host = self._ds.slice(slice(start + self._shard.shard_index, stop, count))
         batched: MapDataset[Any] = host.batch(size // count, drop_remainder=True)
-        ds = batched.to_iter_dataset(self._read_options)
+        ds: IterDataset[Any] = batched.to_iter_dataset(self._read_options)
         if self._mp_options is not None:
             ds = ds.mp_prefetch(self._mp_options)
         return ds

@@ -18,7 +18,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from chute._core import errors
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
@@ -28,13 +28,16 @@ from chute._core.state_check import REACH, count, fields, parent_state, parents_
 from chute._core.transforms import TRANSFORM_TYPES, Filter, callable_of
 from chute._stages._origin import label, locate, locate_last
 
+T = TypeVar("T")
+
+
 logger = logging.getLogger("chute")
 
 #: Inputs per window over which the dropped fraction is checked.
 WINDOW = 1000
 
 
-class FilterMapDataset(MapDataset[Any]):
+class FilterMapDataset(MapDataset[T]):
     """Elements where the predicate is false read as ``None``.
 
     ``to_iter_dataset()`` skips them; ``batch`` refuses to follow a filter
@@ -70,7 +73,7 @@ class FilterMapDataset(MapDataset[Any]):
         return 0, index
 
 
-class FilterIterDataset(IterDataset[Any]):
+class FilterIterDataset(IterDataset[T]):
     """Keeps the elements where the predicate is true.
 
     >>> list(MapDataset.range(6).to_iter_dataset().filter(lambda x: x % 3 == 0))

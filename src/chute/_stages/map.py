@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -16,8 +16,10 @@ from chute._core.transforms import Map, MapWithIndex, RandomMap, callable_of
 from chute._stages._origin import label, locate, locate_last
 from chute._stages.next_index import get_next_index, set_next_index
 
+S = TypeVar("S")
 
-class MapMapDataset(MapDataset[Any]):
+
+class MapMapDataset(MapDataset[S]):
     """Applies a function to every element; ``None`` (filtered) stays ``None``."""
 
     def __init__(self, parent: MapDataset[Any], transform: Any) -> None:
@@ -46,7 +48,7 @@ class MapMapDataset(MapDataset[Any]):
         return 0, index
 
 
-class MapWithIndexMapDataset(MapDataset[Any]):
+class MapWithIndexMapDataset(MapDataset[S]):
     """Applies ``fn(index, element)``; the index is the global one asked for."""
 
     def __init__(self, parent: MapDataset[Any], transform: Any) -> None:
@@ -76,7 +78,7 @@ class MapWithIndexMapDataset(MapDataset[Any]):
         return 0, index
 
 
-class RandomMapMapDataset(MapDataset[Any]):
+class RandomMapMapDataset(MapDataset[S]):
     """Applies ``fn(element, rng)``; element ``i`` gets Philox(seed) at counter i."""
 
     def __init__(self, parent: MapDataset[Any], transform: Any, *, seed: int | None = None) -> None:
@@ -122,7 +124,7 @@ def _negative_draw(label: str, index: int) -> str:
     )
 
 
-class MapIterDataset(IterDataset[Any]):
+class MapIterDataset(IterDataset[S]):
     """Applies a function to every element of an IterDataset."""
 
     def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
@@ -134,7 +136,7 @@ class MapIterDataset(IterDataset[Any]):
         return _MapIterator(iter(self._parent), self._label, lambda i, x: self._fn(x))
 
 
-class MapWithIndexIterDataset(IterDataset[Any]):
+class MapWithIndexIterDataset(IterDataset[S]):
     """Applies ``fn(index, element)``; the index counts the elements seen here."""
 
     def __init__(self, parent: IterDataset[Any], transform: Any) -> None:
@@ -146,7 +148,7 @@ class MapWithIndexIterDataset(IterDataset[Any]):
         return _MapIterator(iter(self._parent), self._label, self._fn, own_index=True)
 
 
-class RandomMapIterDataset(IterDataset[Any]):
+class RandomMapIterDataset(IterDataset[S]):
     """Applies ``fn(element, rng)``; the n-th element seen here gets counter n.
 
     In a worker's (or thread's) share of the pipeline, the n-th element gets

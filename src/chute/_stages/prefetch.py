@@ -28,7 +28,7 @@ import operator
 import time
 import weakref
 from itertools import repeat
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -43,11 +43,14 @@ from chute._execution.tuning import ReadAheadTuner, busy_clock, chunk_seconds, l
 from chute._stages._origin import locate
 from chute._stages.filter import WINDOW, DropCheck
 
+T = TypeVar("T")
+
+
 _MAX_CHUNK = 1024
 _NAME = "to_iter_dataset"
 
 
-class PrefetchIterDataset(IterDataset[Any]):
+class PrefetchIterDataset(IterDataset[T]):
     """Iterates a MapDataset in index order, skipping filtered (``None``) elements."""
 
     def __init__(

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from chute._core.dataset import DatasetIterator, Indices, IterDataset, MapDataset
 from chute._core.state_check import count, fields, parent_state
 from chute._core.validate import check_int
+
+T = TypeVar("T")
 
 
 def _check_epochs(num_epochs: Any, where: str) -> int | None:
@@ -24,7 +26,7 @@ def _check_epochs(num_epochs: Any, where: str) -> int | None:
     return epochs
 
 
-class RepeatMapDataset(MapDataset[Any]):
+class RepeatMapDataset(MapDataset[T]):
     """The parent ``num_epochs`` times (``sys.maxsize`` elements if None).
 
     As in Grain, repeating an empty dataset gives an empty one (even forever),

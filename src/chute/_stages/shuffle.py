@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from chute._core.dataset import Indices, MapDataset
 from chute._core.index_shuffle import index_shuffle_array
 from chute._core.seeding import MAX_SEED, resolve_seed
+
+T = TypeVar("T")
 
 
 def shuffled_indices(indices: Indices, length: int, seed: int) -> np.ndarray:
@@ -31,7 +33,7 @@ def shuffled_indices(indices: Indices, length: int, seed: int) -> np.ndarray:
     return out
 
 
-class ShuffleMapDataset(MapDataset[Any]):
+class ShuffleMapDataset(MapDataset[T]):
     """Element ``i`` of epoch ``e`` is parent element ``perm_e(i) + e * len``."""
 
     def __init__(self, parent: MapDataset[Any], *, seed: int | None = None) -> None:

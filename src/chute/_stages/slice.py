@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from chute._core.dataset import Indices, MapDataset
 from chute._core.fingerprint import digest
 
+T = TypeVar("T")
 
-class SliceMapDataset(MapDataset[Any]):
+
+class SliceMapDataset(MapDataset[T]):
     """The parent's elements at a slice or at a sequence of indices.
 
     Past its length, index ``i`` reads epoch ``i // len`` of the parent, so a
