@@ -138,6 +138,15 @@ def chute_threads() -> list[str]:
     return sorted(t.name for t in threading.enumerate() if t.name.startswith("chute"))
 
 
+def downloads_end() -> None:
+    """Waits for the downloads of collected sources, told to stop, to end their threads."""
+    import threading
+
+    for thread in threading.enumerate():
+        if thread.name.startswith("chute-cache"):
+            thread.join(60)
+
+
 @pytest.mark.parametrize("cache", [False, True], ids=["bucket", "cache_dir"])
 def test_closed_and_collected_bucket_sources_leave_no_thread(
     s3: Any, tmp_path: Path, cache: bool
@@ -157,6 +166,7 @@ def test_closed_and_collected_bucket_sources_leave_no_thread(
         source.__getitems__([3, 700])  # a closed source reads again
         del source  # unclosed: collecting it ends its threads
         gc.collect()
+        downloads_end()
         assert set(chute_threads()) <= before, spec
 
 

@@ -127,3 +127,21 @@ def test_the_io_thread_lives_while_a_source_is_open_or_a_request_runs(s3: Any) -
     del unclosed
     gc.collect()
     assert _chute_threads() <= before
+
+
+def test_a_source_collected_while_its_thread_holds_the_loops_lock_does_not_deadlock(
+    s3: Any,
+) -> None:
+    # A garbage collection runs finalizers in whichever thread allocates, even inside
+    # chute's own locked sections: letting go must never wait for the lock there.
+    import gc
+
+    from chute._remote import io_loop, open_source
+
+    gc.collect()
+    before = _chute_threads()
+    source = open_source(s3.put("k.bin", b"abc"))
+    with io_loop._lock:  # as if the collection ran inside run_on_io_loop's section
+        source.close()
+    io_loop._settle()  # what every section does as it lets go of the lock
+    assert _chute_threads() <= before

@@ -272,6 +272,7 @@ def test_a_process_s_downloads_know_which_run_now_or_next(monkeypatch: pytest.Mo
 
     class Cache:
         directory = "/nowhere"
+        _closing = threading.Event()  # never closed
 
         def _download(self, *args: Any) -> bool:
             began.release()

@@ -222,4 +222,7 @@ def test_a_closed_or_collected_bucket_source_leaves_no_thread(
     source.__getitems__([5, ROWS - 1])  # a closed source reads again
     del source
     gc.collect()
+    for thread in threading.enumerate():  # its downloads, told to stop, end their threads
+        if thread.name.startswith("chute-cache"):
+            thread.join(60)
     assert set(chute_threads()) <= before

@@ -50,6 +50,7 @@ _held: set[int] = set()  # the open sources of this process that may send reques
 _tokens = itertools.count()
 _calls = 0  # run_on_io_loop calls of this process that have not returned
 _lingering: list[_Loop] = []  # idle loops stopped while the client still held a future
+_let_go_of: list[int] = []  # holds let go of, to drop from _held (see _settle)
 
 
 class ClientFuture(asyncio.Future[Any]):
@@ -127,7 +128,8 @@ class _Loop:
             self.executor.shutdown(wait=False)
             return False
         self.thread.join(max(0.0, deadline - time.monotonic()))
-        self.executor.shutdown(wait=idle and not self.thread.is_alive())
+        mine = threading.current_thread().name.startswith("chute-io-call")  # (a finalizer)
+        self.executor.shutdown(wait=idle and not mine and not self.thread.is_alive())
         if released and not self.thread.is_alive():
             self.loop.close()  # else a late completion would find it closed and say so
             return True
@@ -170,9 +172,7 @@ def run_on_io_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     finally:
         with _lock:
             _calls -= 1
-            idle = _take_idle()
-        if idle is not None:
-            _end_idle(idle)
+        _settle()
 
 
 def hold(owner: object) -> Callable[[], None]:
@@ -182,19 +182,39 @@ def hold(owner: object) -> Callable[[], None]:
     with _lock:
         token = next(_tokens)
         _held.add(token)
+    _settle()
     finalizer = weakref.finalize(owner, _let_go, token)
     finalizer.atexit = False  # at exit, stop() ends the loop
     return finalizer
 
 
 def _let_go(token: int) -> None:
-    with _lock:
-        if token not in _held:
+    _let_go_of.append(token)  # (atomic: a finalizer may run while this thread holds _lock)
+    _settle()
+
+
+def _settle() -> None:
+    """Drops the holds let go of, and ends the loop if that left it idle.  Never waits for
+    ``_lock``: a garbage collection may run a finalizer while this very thread holds it;
+    whoever holds it settles when it lets go."""
+    while _let_go_of:
+        if not _lock.acquire(blocking=False):
             return
-        _held.discard(token)
-        idle = _take_idle()
-    if idle is not None:
-        _end_idle(idle)
+        try:
+            while _let_go_of:
+                _held.discard(_let_go_of.pop())
+            idle = _take_idle()
+        finally:
+            _lock.release()
+        if idle is not None:
+            _end_idle(idle)
+    if _calls == 0 and not _held and _lock.acquire(blocking=False):
+        try:
+            idle = _take_idle()
+        finally:
+            _lock.release()
+        if idle is not None:
+            _end_idle(idle)
 
 
 def _take_idle() -> _Loop | None:
@@ -209,13 +229,13 @@ def _take_idle() -> _Loop | None:
 
 def _end_idle(state: _Loop) -> None:
     if not state.end(time.monotonic() + EXIT_WAIT_S, idle=True):
-        with _lock:
-            _lingering.append(state)  # stop() waits for its futures at exit
+        _lingering.append(state)  # stop() waits for its futures at exit
 
 
 def _after_fork() -> None:
     global _calls, _lingering
     _held.clear()  # the parent's sources: a child's copies never close them here
+    _let_go_of.clear()
     _calls, _lingering = 0, []
 
 

@@ -180,6 +180,12 @@ class ShardCache:
         finally:
             self._closing.clear()
 
+    def abandon(self) -> None:
+        """What ``close()`` does, without waiting (for a source's finalizer, which may run in
+        any thread, holding any lock): this cache's downloads stop at their next chunk, and
+        those queued are skipped; their threads end by themselves."""
+        self._closing.set()  # for good: the source that used it is gone
+
     def __getstate__(self) -> dict[str, Any]:
         return {"directory": self.directory, "limit": self.limit, "min_free": self.min_free}
 
@@ -647,6 +653,10 @@ class _Downloads:
                 if job is not None:
                     self._places.pop(job[0], None)
                     del self._running[me]
+                while self._queue and self._queue[0][1]._closing.is_set():  # abandoned
+                    key = self._queue.popleft()[0]
+                    self._places.pop(key, None)
+                    self._asked.pop(key, None)
                 if not self._queue:  # nothing left: the thread ends (submit starts another)
                     self._threads.remove(me)
                     self._ended.append(me)

@@ -127,7 +127,7 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
         self._looked = 0.0
         self._looking = threading.Lock()
         if self._cache is not None:  # collected unclosed, its downloads stop too
-            weakref.finalize(self, self._cache.close).atexit = False
+            weakref.finalize(self, self._cache.abandon).atexit = False
 
     @property
     def retries(self) -> int | None:
@@ -405,8 +405,8 @@ class IndexedArrayRecordDataSource(ArrayRecordDataSource):
             yield from self.__getitems__(np.arange(begin, min(begin + _ITER_BLOCK, self._len)))
 
     def close(self) -> None:
-        """Closes the shards open in this process and stops its threads; a later read
-        opens them again."""
+        """Closes the shards and the index file open in this process, and stops its threads
+        and its ``cache_dir`` downloads; a later read opens them again."""
         readers = self._open.take_all()
         with self._lock:
             pool, self._threads = self._threads, None

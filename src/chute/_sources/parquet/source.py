@@ -137,7 +137,7 @@ class ParquetDataSource:
         )
         self._cached_bytes = 0
         if self._disk_cache is not None:  # collected unclosed, its downloads stop too
-            weakref.finalize(self, self._disk_cache.close).atexit = False
+            weakref.finalize(self, self._disk_cache.abandon).atexit = False
 
     def __len__(self) -> int:
         return self._len
