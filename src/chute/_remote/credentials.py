@@ -46,9 +46,7 @@ HINTS = {
         "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for "
         "temporary keys), or run on a machine with an instance role. A profile "
         "(AWS_PROFILE, ~/.aws/credentials) is not read by chute's S3 client: export its "
-        'keys with eval "$(aws configure export-credentials --format env)", or pass '
-        "filesystem=obstore.store.S3Store(bucket, credential_provider="
-        "obstore.auth.boto3.Boto3CredentialProvider())"
+        'keys with eval "$(aws configure export-credentials --format env)"'
     ),
     "gs": (
         "set GOOGLE_APPLICATION_CREDENTIALS to a service-account key file (or run "
@@ -99,6 +97,11 @@ def missing_credentials(exc: BaseException, what: str) -> CredentialsNotFoundErr
         if store is not None:
             scheme = _SCHEMES.get(store, "")
             hint = HINTS.get(scheme, "set the store's credentials in the environment")
+            if scheme == "s3":  # in Python, a profile can also be read through boto3
+                hint += (
+                    ", or pass filesystem=obstore.store.S3Store(bucket, credential_provider="
+                    "obstore.auth.boto3.Boto3CredentialProvider())"
+                )
             reason = str(exc).split("\n", 1)[0]
             return CredentialsNotFoundError(
                 f"{what}: no credentials found for {store} ({reason}); {hint}."
