@@ -117,7 +117,8 @@ METRICS: dict[str, Metric] = {
             "cache_bytes_held",
             GAUGE,
             "Bytes in the local shard cache's directory (whole copies and downloads under way, "
-            "by every process of the host); the directory this process opened or filled last.",
+            "by every process of the host), as this process last looked: when it opened the "
+            "cache, or began a download into it.",
             per_process=False,
         ),
         Metric(

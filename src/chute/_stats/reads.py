@@ -36,8 +36,9 @@ class ReadStats:
       cache_evictions: copies evicted to make room.
       cache_bytes_read: bytes those reads took from the cache.
       cache_bytes_downloaded: bytes downloaded into the cache.
-      cache_bytes_held: bytes in the cache directory now (whole copies and downloads
-        under way, by every process of this host), whoever downloaded them.
+      cache_bytes_held: bytes in the cache directory (whole copies and downloads under
+        way, by every process of this host), whoever downloaded them, as this process
+        last looked: when it opened the cache, or began a download into it.
     """
 
     remote_bytes: int = 0
