@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chute._core.iterator import DatasetIterator
 from chute._core.options import RayExecutor
+from chute._execution.worker import Worker
 
 __all__ = ["worker"]
 
@@ -23,10 +23,10 @@ def worker(
     worker_init_fn: Callable[[int, int], None] | None = None,
     restart: bool = False,
     stack_batches: Callable[[Any, Callable[[list[Any]], Any]], Any] | None = None,
-) -> DatasetIterator[Any]:
+) -> Worker:
     """Worker ``index`` of ``count`` iterating ``dataset`` from ``state``.
 
-    Both kinds deliver the same messages and keep the same states, so a pool
+    Both kinds keep the ``Worker`` contract and the same states, so a pool
     mixes neither but a checkpoint crosses between them.  ``stack_batches``
     is the local workers' shared-memory batching (Ray's object store carries
     a batch without it); a Ray executor's ``restart_workers`` adds to ``restart``.

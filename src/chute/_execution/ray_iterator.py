@@ -25,7 +25,6 @@ from typing import Any
 
 from chute._core import metrics
 from chute._core.errors import WorkerDiedError, add_note, closed_error
-from chute._core.iterator import DatasetIterator
 from chute._core.options import RayExecutor
 from chute._execution import (
     processes,
@@ -35,7 +34,8 @@ from chute._execution import (
     worker_errors,
     worker_seeds,
 )
-from chute._execution.worker_loop import END, ERROR, FAILED, REFUSED
+from chute._execution.worker import Worker
+from chute._execution.worker_loop import END, FAILED, REFUSED
 
 logger = logging.getLogger("chute")
 
@@ -104,11 +104,10 @@ def _kill(ray: Any, actor: Any, source: object) -> None:
         pass
 
 
-class RayWorkerIterator(DatasetIterator[Any]):
+class RayWorkerIterator(Worker):
     """Iterates ``dataset`` in a Ray actor (worker ``index`` of ``count``; see the module)."""
 
     _stage = "ray"
-    _stats: dict[str, Any] | None = None  # the figures the worker last sent, when it tracks
 
     def __init__(
         self,
@@ -123,10 +122,9 @@ class RayWorkerIterator(DatasetIterator[Any]):
         state: dict[str, Any] | None = None,
         restart: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(index=index, count=count, seed=seed, restart=restart)
         self._ray = ray_cluster.connect(executor.address)
-        self._executor, self._index, self._count = executor, index, count
-        self._seed, self._restart, self._restarts = seed, restart, 0
+        self._executor = executor
         # Elements to take one per call, after a death: a call that dies loses all it made,
         # and a pipeline that dies at element k must still deliver those before it.
         self._careful = 0
@@ -137,7 +135,7 @@ class RayWorkerIterator(DatasetIterator[Any]):
         self.moving_s = 0.0  # time spent waiting for and reading results (the statistics)
         self._warned_unplaced = False
         self._stopping = False  # begin_stop() or close(): nothing is restarted any more
-        self._launch(state)
+        self._start(state)
 
     def _pickled(self, dataset: Any, init_fn: Any) -> bytes:
         try:
@@ -156,7 +154,6 @@ class RayWorkerIterator(DatasetIterator[Any]):
 
     def _launch(self, state: dict[str, Any] | None) -> None:
         ray = self._ray
-        self._launched_with = state
         seed = worker_seeds.resumed_seed(self._seed, state)
         options = self._executor.actor_options()
         self._actor = (
@@ -167,8 +164,6 @@ class RayWorkerIterator(DatasetIterator[Any]):
         shutdown.on_terminate(self._finalizer)
         shutdown.install()
         self._started = self._actor.start.remote(state)
-        self._state_now: dict[str, Any] | None = None
-        self._ended = False
         self._received: collections.deque[tuple[str, Any, Any]] = collections.deque()
         self._in_flight: collections.deque[Any] = collections.deque(
             self._take(first=k == 0) for k in range(self._calls)
@@ -253,7 +248,7 @@ class RayWorkerIterator(DatasetIterator[Any]):
             report, self._index, self._count, who, needs, self.node
         )
 
-    def _died(self, why: str) -> WorkerDiedError:
+    def _died(self, why: str = "") -> WorkerDiedError:
         error = WorkerDiedError(
             f"chute Ray worker {self._index} of {self._count} on {self.node} died ({why}). "
             "Restore the last state to go on."
@@ -276,75 +271,44 @@ class RayWorkerIterator(DatasetIterator[Any]):
             self._received.extend(messages)
         return self._received.popleft()
 
-    # -- the iterator ---------------------------------------------------------------
+    # -- the contract's parts that Ray does its own way ------------------------------
 
-    def __next__(self) -> Any:
-        if self._closed:
-            raise closed_error("RayWorkerIterator")
-        if self._ended:
-            raise StopIteration
-        try:
-            self._wait_started()
-            kind, value, state = self._next_message()
-        except WorkerDiedError as exc:
-            if self._closed or self._stopping:  # closed by another thread while this waited
-                raise closed_error("RayWorkerIterator") from None
-            could_not_start = hasattr(exc, "worker_exception")  # it would fail again
-            if (
-                could_not_start
-                or not self._restart
-                or self._restarts >= worker_errors.MAX_RESTARTS
-                or self._cluster_gone()
-            ):
-                raise
-            self._relaunch(exc)
-            return next(self)
-        self._state_now, self._restarts = state, 0
+    def _receive(self) -> tuple[str, Any, Any]:
+        self._wait_started()
+        return self._next_message()
+
+    def _delivered(self, kind: str) -> None:
         self._careful -= 1
-        if kind == END:
-            self._ended = True
-            raise StopIteration
-        if kind == ERROR:
-            raise worker_errors.rebuild(value, self._index, self._count, self.node)
-        return value
 
-    def _relaunch(self, exc: WorkerDiedError) -> None:
-        """Starts the dead worker again, where Ray places it, from the last element delivered."""
-        self._restarts += 1
+    def _where(self) -> str | None:
+        return self.node
+
+    def _may_restart(self, exc: WorkerDiedError) -> bool:
+        if self._closed or self._stopping:  # closed by another thread while this waited
+            raise closed_error("RayWorkerIterator") from None
+        could_not_start = hasattr(exc, "worker_exception")  # it would fail again
+        return not could_not_start and super()._may_restart(exc) and not self._cluster_gone()
+
+    def _restart_report(self, exc: WorkerDiedError) -> tuple[str, str]:
         self._careful = self._calls * _MOST_PER_CALL  # what the dead calls may have held
         if self.node == "?":
             self.node = _node_of_actor(self._ray, self._actor)
         who = f"Ray worker {self._index} of {self._count} on {self.node}"
-        worker_errors.warn_restart(who, getattr(exc, "why", str(exc)), self._restarts)
-        resume_at = self._state_now if self._state_now is not None else self._launched_with
-        self._finalizer()
-        self._launch(resume_at)
+        return who, getattr(exc, "why", str(exc))
 
-    def get_state(self) -> dict[str, Any]:
-        if self._state_now is None:
-            self._wait_started()
-        assert self._state_now is not None
+    def _first_state(self) -> dict[str, Any]:
+        self._wait_started()
+        assert self._state_now is not None  # _wait_started() set it, or raised
         return self._state_now
 
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Moves the worker to ``state``; a live worker is reused, not restarted."""
-        if self._closed:
-            raise closed_error("RayWorkerIterator")
-        try:
-            self._wait_started()
-            before, ended = self._state_now, self._ended
-            refused = self._move_to(state)
-            if refused is not None:  # the pipeline refused it: back where it was
-                self._move_to(before)
-                self._ended = ended
-        except WorkerDiedError:
-            if self._cluster_gone():
-                raise
-            self._finalizer()
-            self._launch(state)
-            return
-        if refused is not None:
-            raise worker_errors.rebuild(refused, self._index, self._count, self.node)
+    def _lost_while_moving(self, state: dict[str, Any], exc: Exception) -> None:
+        if not isinstance(exc, WorkerDiedError) or self._cluster_gone():
+            raise exc
+        self._stop_now()  # restarted where it was asked to go
+        self._start(state)
+
+    def _stop_now(self) -> None:
+        self._finalizer()
 
     def _move_to(self, state: Any) -> worker_errors.Report | None:
         """Sends the worker to ``state``, dropping what it made ahead; its error if refused."""
@@ -387,8 +351,8 @@ class RayWorkerIterator(DatasetIterator[Any]):
     def close(self) -> None:
         """Stops the actor and returns once it is gone, its resources free for the next one."""
         if not self._closed:
-            self._closed = self._stopping = True
-            self._finalizer()
+            self._stopping = True
+            super().close()
             self._received.clear()
             self._in_flight.clear()
             _wait_gone(self._ray, self._actor)

@@ -28,7 +28,6 @@ from typing import Any
 
 from chute._core import metrics
 from chute._core.errors import WorkerDiedError, add_note, closed_error
-from chute._core.iterator import DatasetIterator
 from chute._execution import (
     processes,
     shutdown,
@@ -38,7 +37,8 @@ from chute._execution import (
     worker_seeds,
 )
 from chute._execution.transport import RingReader
-from chute._execution.worker_loop import END, ERROR, FAILED, READY, REFUSED, worker_main
+from chute._execution.worker import Worker
+from chute._execution.worker_loop import END, FAILED, READY, REFUSED, worker_main
 
 logger = logging.getLogger("chute")
 
@@ -82,7 +82,7 @@ def _interrupt(process: Any) -> None:
         pass
 
 
-class WorkerIterator(DatasetIterator[Any]):
+class WorkerIterator(Worker):
     """Iterates ``dataset`` in a worker process (worker ``index`` of ``count``).
 
     ``seed`` seeds the worker's global random generators (``random``, NumPy's,
@@ -95,7 +95,6 @@ class WorkerIterator(DatasetIterator[Any]):
     """
 
     _stage = "remote"
-    _stats: dict[str, Any] | None = None  # the figures the worker last sent, when it tracks
 
     def __init__(
         self,
@@ -110,20 +109,15 @@ class WorkerIterator(DatasetIterator[Any]):
         restart: bool = False,
         stack_batches: Callable[[Any, Callable[[list[Any]], Any]], Any] | None = None,
     ) -> None:
-        super().__init__()
-        self._restart, self._restarts = restart, 0
         if seed is None:
             seed = worker_seeds.worker_seed(worker_seeds.base_seed(None, 0), index)
-        self._seed = seed
-        self._dataset, self._index, self._count = dataset, index, count
+        super().__init__(index=index, count=count, seed=seed, restart=restart)
+        self._dataset = dataset
         self._credit_count = max(1, buffer_size) + 1  # buffer_size waiting + one in the making
         self._init_fn, self._stack_batches = worker_init_fn, stack_batches
-        self._state_now: dict[str, Any] | None = None
-        self._ended = False
-        self._launch(state)
+        self._start(state)
 
     def _launch(self, state: dict[str, Any] | None) -> None:
-        self._launched_with = state
         receive, send = multiprocessing.Pipe(duplex=False)
         credit_in, credit_out = multiprocessing.Pipe(duplex=False)
         processes.keep_out_of_children(receive, credit_out)
@@ -157,8 +151,6 @@ class WorkerIterator(DatasetIterator[Any]):
         )
         shutdown.on_terminate(self._finalizer)  # SIGTERM stops the worker as exit would
         shutdown.install()
-        self._ended = False
-        self._state_now = None  # set by the worker's READY message
         try:
             for _ in range(self._credit_count):
                 self._credits.send_bytes(b"1")
@@ -216,10 +208,10 @@ class WorkerIterator(DatasetIterator[Any]):
         needs = "picklable and importable in a fresh process"
         return worker_errors.could_not_start(report, self._index, self._count, who, needs)
 
-    def _died(self) -> WorkerDiedError:
+    def _died(self, why: str = "") -> WorkerDiedError:
         self._process.join(timeout=1)
         code = self._process.exitcode
-        how = (
+        how = why or (
             "stopped before its share ended (exit code 0: something other than this iterator "
             "sent it SIGTERM)"
             if code == 0
@@ -231,66 +223,32 @@ class WorkerIterator(DatasetIterator[Any]):
             "Restore the last state to go on."
         )
 
-    def __next__(self) -> Any:
-        if self._ended:
-            raise StopIteration
-        try:
-            kind, value, state = self._receive()
-        except WorkerDiedError as exc:
-            if not self._restart or self._restarts >= worker_errors.MAX_RESTARTS:
-                raise
-            self._relaunch(exc)
-            return next(self)
-        self._state_now, self._restarts = state, 0
+    def _delivered(self, kind: str) -> None:
         if kind == END:
-            self._ended = True
-            raise StopIteration
+            return
         try:
             self._credits.send_bytes(b"1")
         except OSError:  # the worker is gone: this element is good, the next receive says so
             pass
-        if kind == ERROR:
-            raise worker_errors.rebuild(value, self._index, self._count)
-        return value
 
-    def _relaunch(self, exc: WorkerDiedError) -> None:
-        """Starts the dead worker again from the last element it delivered."""
+    def _restart_report(self, exc: WorkerDiedError) -> tuple[str, str]:
         code = self._process.exitcode
         how = f"signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
-        self._restarts += 1
-        worker_errors.warn_restart(f"worker {self._index} of {self._count}", how, self._restarts)
-        resume_at = self._state_now if self._state_now is not None else self._launched_with
+        return f"worker {self._index} of {self._count}", how
+
+    def _first_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = self._receive_one()[2]  # the worker's READY message
+        return state
+
+    def _alive(self) -> bool:
+        return bool(self._process.is_alive())
+
+    def _moved(self) -> None:
+        for _ in range(self._credit_count):
+            self._credits.send_bytes(b"1")
+
+    def _stop_now(self) -> None:
         self._finalizer()
-        self._launch(resume_at)
-
-    def get_state(self) -> dict[str, Any]:
-        if self._state_now is None:
-            self._state_now = self._receive_one()[2]  # the worker's READY message
-        return self._state_now
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Moves the worker to ``state``; a live worker is reused, not restarted."""
-        if self._closed:
-            raise closed_error("WorkerIterator")
-        if not self._process.is_alive():
-            self._finalizer()
-            self._launch(state)
-            return
-        if self._state_now is None:
-            self.get_state()  # the worker's first READY
-        before, ended = self._state_now, self._ended
-        try:
-            refused = self._move_to(state)
-            if refused is not None:  # the worker's pipeline refused it: back to where it was
-                if self._move_to(before) is not None:
-                    raise self._died()  # cannot happen: the worker made ``before`` itself
-                self._ended = ended
-            for _ in range(self._credit_count):
-                self._credits.send_bytes(b"1")
-        except OSError as exc:  # the worker died between the check above and now
-            raise self._died() from exc
-        if refused is not None:
-            raise worker_errors.rebuild(refused, self._index, self._count)
 
     def _move_to(self, state: Any) -> worker_errors.Report | None:
         """Sends the worker to ``state``, dropping what it made ahead; the worker's error
@@ -324,18 +282,10 @@ class WorkerIterator(DatasetIterator[Any]):
             pass
 
     def begin_stop(self) -> None:
-        """Tells the worker to stop (its pipes close) without waiting for it.
-
-        Closing many workers, call this on each first: they then stop in parallel,
-        and ``close()`` waits for each only until a deadline shared by all of them.
-        """
+        """Tells the worker to stop (its pipes close) without waiting for it; ``close()``
+        waits for each only until a deadline shared by all the workers told."""
         if not self._closed and not self._stop_deadline[0]:
             self._stop_deadline[0] = time.monotonic() + STOP_GRACE_S
             for conn in (self._credits, self._results):
                 conn.close()
             _interrupt(self._process)
-
-    def close(self) -> None:
-        if not self._closed:
-            self._finalizer()
-        self._closed = True
