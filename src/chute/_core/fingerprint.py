@@ -57,6 +57,8 @@ _KINDS = {
 }
 #: Between a stage's description and the data it names.
 _DATA = " from "
+#: A seed in a stage's description: ``(seed=7)`` or, after other arguments, ``, seed=7``.
+_SEED = re.compile(r"\(seed=\d+\)|, seed=\d+")
 
 
 def fingerprint(ds: Any, *, people: bool = False) -> list[str]:
@@ -180,6 +182,13 @@ def first_difference(saved: Any, mine: list[str], shown: list[str] | None = None
         shown = mine
     for k, (old, new) in enumerate(zip(saved, mine)):
         if old != new:
+            if shown[k] != new and _SEED.sub("", old) == _SEED.sub("", new):
+                # Only the seed differs, and this pipeline's is derived: the saved number
+                # is most likely derived too, a number the user never wrote.
+                return (
+                    f"stage {k}: the saved pipeline's {_SEED.sub('', old)} ran with another "
+                    f"seed than this pipeline's {shown[k]}"
+                )
             return f"stage {k}: saved {old}, this pipeline has {shown[k]}"
     if len(saved) != len(mine):
         k = min(len(saved), len(mine))
