@@ -14,6 +14,7 @@ from typing import Any
 from chute._core.errors import CheckpointError, IteratorClosedError, WorkerDiedError
 from chute._core.iterator import DatasetIterator
 from chute._core.state_check import count, fields, flags, parent_states
+from chute._execution.buffer_sizing import BufferSizer
 
 
 class RoundRobinIterator(DatasetIterator[Any]):
@@ -29,9 +30,9 @@ class RoundRobinIterator(DatasetIterator[Any]):
     # elements keep the order of a run without the error; multithread_prefetch keeps
     # the turn instead, as Grain's does (its order with errors matches Grain's).
     _keep_turn_on_error = False
-    # Grows the buffers of iterators that are often not ready on their turn (worker
-    # processes: see buffer_sizing.BufferSizer); None leaves them as they are.
-    _sizer: Any = None
+    # Grows the buffers of iterators that are often not ready on their turn (a worker
+    # pool's: see chute._execution.pool); None leaves them as they are.
+    _sizer: BufferSizer | None = None
 
     def __init__(self, iterators: Sequence[DatasetIterator[Any]]) -> None:
         super().__init__(list(iterators))
@@ -43,7 +44,7 @@ class RoundRobinIterator(DatasetIterator[Any]):
         for _ in range(count):
             w = self._turn
             if not self._exhausted[w]:
-                ready = sizer is None or self._parents[w].ready()  # type: ignore[attr-defined]
+                ready = sizer is None or self._ready(w)
                 try:
                     element = next(self._parents[w])
                 except StopIteration:
@@ -62,13 +63,9 @@ class RoundRobinIterator(DatasetIterator[Any]):
             self._turn = (w + 1) % count
         raise StopIteration
 
-    def close(self) -> None:
-        """Closes every iterator; worker processes are all told to stop first, then awaited."""
-        for parent in self._parents:
-            begin_stop = getattr(parent, "begin_stop", None)
-            if begin_stop is not None:
-                begin_stop()
-        super().close()
+    def _ready(self, w: int) -> bool:
+        """Whether iterator ``w``'s next element is made (asked only with a ``_sizer``)."""
+        return True
 
     def get_state(self) -> dict[str, Any]:
         return self._state(

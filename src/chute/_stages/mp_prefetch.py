@@ -16,11 +16,11 @@ budget (or "auto"), workers that fall behind get larger buffers
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from typing import Any
 
-from chute._core import metrics
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.dataset_options import DatasetOptions
 from chute._core.errors import CheckpointError
@@ -40,13 +40,13 @@ from chute._core.state_check import (
 from chute._core.validate import check_callable
 from chute._execution import launch, performance, processes, ray_cluster, worker_seeds
 from chute._execution.buffer_sizing import BufferSizer
-from chute._execution.round_robin import RoundRobinIterator
+from chute._execution.pool import PoolSpec, WorkerPool
 from chute._stages.batch import leaves_stacked_by
 from chute._stages.map import MapIterDataset, RandomMapIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
 from chute._stages.slicing import share, share_stream
 from chute._stages.source_dataset import start_downloads
-from chute._stages.streams import Stream, positions_of, relayout
+from chute._stages.streams import Stream, positions_of
 
 # Stages that make one element of each: a checkpoint of workers that run only these moves
 # to another worker count (random_map draws by stream position: see _stages.slicing).
@@ -127,27 +127,6 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         self._iterators_made += 1
         return worker_seeds.base_seed(derive_seed(self), epoch)
 
-    def _workers(
-        self, stream: Stream | None, states: list[Any], base: int, options: DatasetOptions
-    ) -> list[DatasetIterator[Any]]:
-        """One worker per state in ``states``, where the executor says, under ``options``."""
-        count = len(states)
-        return [
-            launch.worker(
-                self._executor,
-                carrying(self._share(w, count, stream), options),
-                index=w,
-                count=count,
-                buffer_size=self._options.per_worker_buffer_size,
-                worker_init_fn=self._init_fn,
-                state=state,
-                seed=worker_seeds.worker_seed(base, w),
-                restart=self._options.restart_workers,
-                stack_batches=leaves_stacked_by,
-            )
-            for w, state in enumerate(states)
-        ]
-
     def _share(self, worker: int, count: int, stream: Stream | None) -> IterDataset[Any]:
         """Worker ``worker``'s pipeline; under an error budget, its batches are made of records."""
         if stream is None:
@@ -215,29 +194,35 @@ def prefetch(ds: IterDataset[Any], options: MultiprocessingOptions) -> IterDatas
     return mp_prefetch(ds, options)
 
 
-class _MultiprocessIterator(RoundRobinIterator):
-    """Workers read in turn; a checkpoint restores into another worker count where it can."""
+class _MultiprocessIterator(WorkerPool):
+    """The pool of ``ds``'s workers; a checkpoint restores into another worker count if it can."""
 
     _stage = "mp_prefetch"
     _state_fields = fields(workers=by_stage, turn=count(), exhausted=by_stage, stream=by_stage)
 
     def __init__(self, ds: MultiprocessPrefetchIterDataset, stream: Stream | None = None) -> None:
-        self._ds, self._stream = ds, stream
-        self._base_seed = ds._next_base_seed()
-        count = ds._worker_count()
-        if count and ds._executor is None:  # worker processes of this host
-            start_downloads(ds)
+        self._ds = ds
+        base_seed = ds._next_base_seed()
         # The options set before this stage and, when a WithOptionsIterDataset is building
         # this iterator, after it: the workers run under them, the stages after see them.
         self._context = join(self, options_set_in(ds._parent))
-        options = without_budget(self._context.options)
-        super().__init__(ds._workers(stream, [None] * count, self._base_seed, options))
-        self._sizer = ds._sizer(count)
-        metrics.add_buffer(self)
+        spec = PoolSpec(
+            share=self._worker_dataset,
+            executor=ds._executor,
+            buffer_size=ds._options.per_worker_buffer_size,
+            base_seed=base_seed,
+            worker_init_fn=ds._init_fn,
+            restart=ds._options.restart_workers,
+            stack_batches=leaves_stacked_by,
+            sizer=ds._sizer,
+            head_start=functools.partial(start_downloads, ds),
+        )
+        super().__init__(spec, ds._worker_count(), stream)
 
-    def _buffer_fill(self) -> tuple[int, int]:
-        """Workers with an element ready, and the workers (read by the statistics only)."""
-        return sum(w.ready() for w in self._parents), len(self._parents)  # type: ignore[attr-defined]
+    def _worker_dataset(self, worker: int, count: int, stream: Stream | None) -> IterDataset[Any]:
+        """Worker ``worker``'s share, under the options the workers run with."""
+        options: DatasetOptions = without_budget(self._context.options)
+        return carrying(self._ds._share(worker, count, stream), options)
 
     def get_state(self) -> dict[str, Any]:
         state = super().get_state()
@@ -251,16 +236,14 @@ class _MultiprocessIterator(RoundRobinIterator):
         state = self._check_state(state, "workers", "turn", "exhausted", "stream")
         stream = self._saved_stream(state["stream"])
         saved_count, count = len(state["workers"]), len(self._parents)
-        if saved_count == count and stream == self._stream:
-            super().set_state(state)  # the live workers move in place
-        elif saved_count == count or self._ds._auto:  # "auto" takes the saved count
-            self._replace(stream, state["workers"], int(state["turn"]), state["exhausted"])
+        if saved_count == count or self._ds._auto:  # "auto" takes the saved count
+            self.restore(stream, state["workers"], state["turn"], state["exhausted"])
         else:
             positions = positions_of(state["workers"])
             if positions is None:  # _check_part refused such a state already
                 raise CheckpointError("a worker stopped inside a batch")
             old = stream or Stream((), 0, self._ds._source_length())
-            self._replace(relayout(old, saved_count, positions), [None] * count, 0, [False] * count)
+            self.redeal(old, saved_count, positions, count)
 
     def _saved_stream(self, saved: Any) -> Stream | None:
         if saved is None:
@@ -314,14 +297,3 @@ class _MultiprocessIterator(RoundRobinIterator):
         if not Stream.saved_well(saved, end):
             expected = f"None or {{'pending': [positions below {end}], 'tail': a position}}"
             raise refuse(self, "stream", where, expected, saved)
-
-    def _replace(
-        self, stream: Stream | None, states: list[Any], turn: int, exhausted: list[Any]
-    ) -> None:
-        for it in self._parents:
-            it.close()
-        self._stream = stream
-        options = without_budget(self._context.options)
-        self._parents = tuple(self._ds._workers(stream, states, self._base_seed, options))
-        self._turn, self._exhausted = turn, [bool(x) for x in exhausted]
-        self._sizer = self._ds._sizer(len(states))
