@@ -291,3 +291,13 @@ def test_each_stores_failed_credential_lookup_says_what_to_set(
     assert missing_credentials(throttled, "GET x://b/k") is None  # on the cloud: retried
     elsewhere = GenericError(_METADATA_DENIED.format(store=store, path="/b/k", status=403))
     assert missing_credentials(elsewhere, "GET x://b/k") is None  # the store's own 403
+
+
+def test_a_failed_first_read_at_open_counts_as_the_retry_it_is(s3) -> None:
+    # An index opens with one GET of its first bytes; when that fails, a HEAD asks again.
+    url = s3.put("index.bin", b"0123456789" * 100)
+    s3.proxy.configure(fault_rate=1.0, faults=(503,), methods=("GET",), max_in_a_row=1)
+    source = open_source(url, first=64)
+    assert source.size() == 1000 and s3.proxy.injected == 1
+    assert source.retries == 1
+    assert source.read_ranges([(0, 10)]) == [b"0123456789"]

@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 from chute._core import metrics
 from chute._core.errors import ChuteError, SourceChangedError
 from chute._remote import io_loop
-from chute._remote.retry import RetryPolicy, with_retries
+from chute._remote.retry import RetryPolicy, is_transient, with_retries
 
 T = TypeVar("T")
 
@@ -237,8 +237,11 @@ class RangedSource:
             try:
                 with _timed_request():
                     size, version, data = await backend.head_and_first(first)
-            except Exception:  # an empty object (no range to answer), a missing one, ...:
-                pass  # the HEAD says which, and is retried as any open is
+            except Exception as exc:  # an empty object (no range to answer), a missing
+                # one, ...: the HEAD says which, and is retried as any open is.  A transient
+                # failure is a request made again (as a HEAD): a retry, counted as one.
+                if is_transient(exc):
+                    self._count(exc)
             else:
                 metrics.count("remote_bytes", len(data))
                 if len(data) == min(first, size):
