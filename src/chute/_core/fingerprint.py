@@ -44,6 +44,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from chute._core.capabilities import IdentifiesData
+from chute._core.pipeline_walk import parents_of
 from chute._core.seeding import seed_label
 
 #: Integer settings that change what a state's positions mean.
@@ -88,7 +90,7 @@ def _walk(node: Any, parts: list[str], seen: set[int], people: bool) -> None:
         return
     seen.add(id(node))
     if not _mixes_by_name(node):
-        for parent in getattr(node, "_parents", ()):
+        for parent in parents_of(node):
             _walk(parent, parts, seen, people)
     part = _describe(node, people)
     if part is not None:
@@ -110,8 +112,7 @@ def _describe(node: Any, people: bool = False) -> str | None:
     if _is_map_dataset(node):
         length = len(node)
         part += " over infinite elements" if length == sys.maxsize else f" over {length} elements"
-    own = getattr(node, "_data_identity", None)
-    data = own() if callable(own) else None
+    data = node._data_identity() if isinstance(node, IdentifiesData) else None
     return f"{part}{_DATA}{data}" if data else part
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from chute._core import errors, fingerprint, pipeline_context, registry, state_check
+from chute._core.capabilities import HasParents
 from chute._core.iterator_reports import describe_chain, skipped_records
 from chute._core.nesting import inner_iterators, is_nested
 from chute._core.thread_guard import guard
@@ -36,7 +37,7 @@ STATE_VERSION = 1
 
 
 def _as_tuple(parents: Any) -> tuple[Any, ...]:
-    if not isinstance(parents, (list, tuple)) and hasattr(parents, "_parents"):
+    if not isinstance(parents, (list, tuple)) and isinstance(parents, HasParents):
         return (parents,)
     return tuple(parents)
 
@@ -71,12 +72,18 @@ def _marks_outer_iterator(iter_fn: Callable[[Any], Any]) -> Callable[[Any], Any]
                     stats.picture_when_asked(self)
                     guard(it)
                 if collector is not None:
-                    it._chute_stats = collector  # type: ignore[attr-defined]
+                    it._chute_stats = collector
             except AttributeError:  # an iterator with __slots__ goes unchecked
                 pass
         return it
 
     return __iter__
+
+
+def _is_iterator_class(cls: type) -> bool:
+    """Whether ``cls`` is a ``DatasetIterator`` (true of the base itself, made before its name)."""
+    base = globals().get("DatasetIterator")
+    return base is None or issubclass(cls, base)
 
 
 class _CheckedInit(abc.ABCMeta):
@@ -99,7 +106,7 @@ class _CheckedInit(abc.ABCMeta):
         set_fn = namespace.get("set_state")
         if (
             set_fn is not None
-            and hasattr(cls, "_state_fields")  # an iterator, not a dataset
+            and _is_iterator_class(cls)  # an iterator, not a dataset that iterates itself
             and not getattr(set_fn, "__isabstractmethod__", False)
             and not getattr(set_fn, state_check.CHECKS_FIRST, False)
         ):
@@ -155,6 +162,8 @@ class DatasetIterator(Iterator[T], metaclass=_CheckedInit):
     _pipeline: Any = None  # the dataset, on the iterator iter(dataset) returned
     _fingerprint: list[str] | None = None
     _allow_pipeline_change: bool = False
+    _label: str = ""  # the call that built the stage (``map(decode)``), for errors and reprs
+    _chute_stats: Any = None  # statistics on: the collector, on the iterator iter(dataset) returned
 
     def __init__(self, parents: DatasetIterator[Any] | Sequence[DatasetIterator[Any]] = ()) -> None:
         self._parents = _as_tuple(parents)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from chute._core.capabilities import KeepsSkipRecords
 from chute._core.pipeline_walk import parents_of, pipeline_nodes
 
 __all__ = ["describe_chain", "skipped_records"]
@@ -19,7 +20,7 @@ def describe_chain(it: Any, depth: int = 4) -> str:
     steps: list[str] = []
     located = False
     while it is not None and len(steps) < depth:
-        step = getattr(it, "_label", "") or it._stage_name()
+        step = it._label or it._stage_name()
         position = None if located else it._repr_position()
         located = located or position is not None
         steps.append(step if position is None else f"{step} at element {position}")
@@ -38,9 +39,8 @@ def skipped_records(iterator: Any) -> list[dict[str, Any]]:
     """
     found: list[dict[str, Any]] = []
     for node in pipeline_nodes(iterator):
-        own = getattr(type(node), "_own_skipped", None)
-        if own is not None:
-            found.extend(own(node))
+        if isinstance(node, KeepsSkipRecords):
+            found.extend(node._own_skipped())
         if not parents_of(node) and callable(getattr(node, "get_state", None)):
             _skipped_in_state(node.get_state(), found)
     return found

@@ -6,6 +6,7 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from chute._core.capabilities import BuildsDatasetStage
 from chute._core.iterator import _as_tuple
 from chute._core.registry import stages as _s
 from chute._core.seeding import check_wide_seed, seed_label
@@ -28,6 +29,7 @@ class Node:
 
     _parents: tuple[Any, ...]
     _seed: int | None
+    _label: str = ""  # the call that built the stage (``map(decode)``), for reprs and errors
 
     def __init__(self, parents: Any = ()) -> None:
         self._parents = _as_tuple(parents)
@@ -37,6 +39,27 @@ class Node:
     def parents(self) -> tuple[Any, ...]:
         """The datasets this one reads from (empty for a source)."""
         return self._parents
+
+    def with_parents(self: N, *parents: Any) -> N:
+        """A shallow copy of this dataset that reads from ``parents`` instead.
+
+        The way a rewrite (slicing a pipeline into workers' shares, timing it
+        for statistics) rebuilds a stage over new parents; this one is unchanged.
+
+        Args:
+            *parents: The datasets the copy reads from, in this one's order.
+
+        Returns:
+            The copy, of this dataset's class, with every other setting kept.
+
+        >>> from chute import MapDataset
+        >>> doubled = MapDataset.range(3).map(lambda x: 2 * x)
+        >>> list(doubled.with_parents(MapDataset.range(10, 13)))
+        [20, 22, 24]
+        """
+        copied = copy.copy(self)
+        copied._parents = tuple(parents)
+        return copied
 
     @property
     def _parent(self) -> Any:
@@ -140,7 +163,7 @@ class Node:
 
     def _repr_step(self) -> str:
         """This stage as the call that built it (``map(decode)``, ``shuffle(seed=42)``) or ''."""
-        label: str = getattr(self, "_label", "")
+        label = self._label
         for attribute, stage in _SEEDED_STAGES:
             seed = getattr(self, attribute, None)
             if seed is not None:
@@ -154,7 +177,7 @@ _SEEDED_STAGES = (("_shuffle_seed", "shuffle"), ("_rng_seed", "random_map"))
 
 
 def apply_one(ds: Any, t: Any) -> Any:
-    if hasattr(t, "_dataset_stage"):  # a transform that builds its own stage
+    if isinstance(t, BuildsDatasetStage):  # a transform that builds its own stage
         return t._dataset_stage(ds)
     if isinstance(t, Map):
         return ds.map(t)

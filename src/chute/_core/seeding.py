@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from chute._core.capabilities import CarriesSeedMark
 from chute._core.validate import grain_first
 
 MAX_SEED = 2**32
@@ -98,7 +99,7 @@ def _mark_pairs(node: _Node) -> list[int]:
     queue: collections.deque[tuple[Any, int]] = collections.deque([(node, 0)])
     while queue:
         current, depth = queue.popleft()
-        mark = getattr(current, "_seed", None)
+        mark = current._seed if isinstance(current, CarriesSeedMark) else None
         if mark is not None:
             pairs.extend((mark, depth))
             continue

@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from chute._core.capabilities import HasParents
+
 
 def _name(obj: object) -> str:
     """What errors and reprs call a transform: its function's name, or its class's."""
-    fn = getattr(obj, "_fn", None) if isinstance(obj, _Transform) else None
+    fn = obj._fn if isinstance(obj, _Transform) else None
     if fn is not None:
         return _name(fn)
     return getattr(obj, "__qualname__", None) or type(obj).__qualname__
@@ -30,6 +32,7 @@ class _Transform:
     """Common base: holds an optional callable and checks one was given."""
 
     _method: str = ""
+    _fn: Callable[..., Any] | None = None  # the user's function, when one was given
 
     def __init__(self, fn: Callable[..., Any] | None = None) -> None:
         if fn is not None and not callable(fn):
@@ -48,13 +51,13 @@ class _Transform:
         self._fn = fn
 
     def _call(self, *args: Any) -> Any:
-        fn = getattr(self, "_fn", None)
+        fn = self._fn
         if fn is None:
             raise TypeError(f"{type(self).__name__}.{self._method}() is not implemented.")
         return fn(*args)
 
     def __repr__(self) -> str:
-        fn = getattr(self, "_fn", None)
+        fn = self._fn
         return (
             f"{type(self).__name__}({_name(fn)})" if fn is not None else f"{type(self).__name__}()"
         )
@@ -319,7 +322,7 @@ def apply_transformations(ds: Any, transformations: Any) -> Any:
     [array([0, 2]), array([4, 6]), array([8])]
     """
     apply = getattr(ds, "apply", None)
-    if apply is None or not hasattr(ds, "_parents"):
+    if apply is None or not isinstance(ds, HasParents):
         raise TypeError(
             f"apply_transformations() takes a MapDataset or an IterDataset (got {ds!r} that is "
             f"a {type(ds).__name__})."

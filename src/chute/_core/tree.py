@@ -20,7 +20,8 @@ def _jax_tree() -> Any:
     return getattr(jax, "tree_util", None) if jax is not None else None
 
 
-def _is_namedtuple(x: object) -> bool:
+def is_namedtuple(x: object) -> bool:
+    """Whether ``x`` is a namedtuple (a tuple with ``_fields``, Python's own name)."""
     return isinstance(x, tuple) and hasattr(x, "_fields")
 
 
@@ -39,7 +40,7 @@ def _map(fn: Callable[..., Any], tree: Any, rest: Sequence[Any]) -> Any:
         return type(tree)(  # type: ignore[call-arg]
             {k: _map(fn, v, [r[k] for r in rest]) for k, v in tree.items()}
         )
-    if _is_namedtuple(tree):
+    if is_namedtuple(tree):
         return type(tree)(*(_map(fn, v, [r[i] for r in rest]) for i, v in enumerate(tree)))
     if isinstance(tree, (list, tuple)):
         return type(tree)(_map(fn, v, [r[i] for r in rest]) for i, v in enumerate(tree))
@@ -50,7 +51,7 @@ def describe(tree: Any) -> str:
     """A short description of a tree's structure, for error messages."""
     if isinstance(tree, Mapping):
         return "{" + ", ".join(f"{k!r}: {describe(v)}" for k, v in tree.items()) + "}"
-    if _is_namedtuple(tree):
+    if is_namedtuple(tree):
         inner = ", ".join(f"{f}={describe(v)}" for f, v in zip(tree._fields, tree))
         return f"{type(tree).__name__}({inner})"
     if isinstance(tree, list):
@@ -143,7 +144,7 @@ def _stack(elements: list[Any], leaves_fn: Callable[[list[Any]], Any] = _stack_l
             if type(e) is not kind or len(e) != size:
                 raise _mismatch(first, e, pos)
         parts = [_stack([e[i] for e in elements], leaves_fn) for i in range(size)]
-        return kind(*parts) if _is_namedtuple(first) else kind(parts)
+        return kind(*parts) if is_namedtuple(first) else kind(parts)
     arrays = isinstance(first, np.ndarray)
     for pos, e in enumerate(elements):
         if isinstance(e, (Mapping, list, tuple)) or (arrays and e is None):

@@ -58,7 +58,7 @@ def _unsupported(it: DatasetIterator[Any], direction: str) -> CheckpointError:
 
 
 def _map_kind(it: DatasetIterator[Any]) -> str:
-    label = getattr(it, "_label", "")
+    label = it._label
     if label.startswith("random_map("):
         return "index_for_rng"
     if label.startswith("map_with_index("):

@@ -27,6 +27,7 @@ import numpy as np
 from chute._core.errors import CheckpointError
 from chute._core.nesting import inner_iterator
 from chute._grain.state import from_grain
+from chute._loader.capabilities import DescribesItselfToGrain
 from chute._loader.pipeline import worker_dataset
 from chute._stages.streams import Stream
 
@@ -160,5 +161,4 @@ def _grain_repr(obj: Any) -> str:
     """What Grain records of a source or sampler: chute's objects that differ say theirs."""
     if isinstance(obj, (list, tuple, np.ndarray)):  # Grain leaves the data out
         return str(type(obj))
-    own = getattr(obj, "_grain_repr", None)
-    return own() if callable(own) else repr(obj)
+    return obj._grain_repr() if isinstance(obj, DescribesItselfToGrain) else repr(obj)

@@ -23,6 +23,7 @@ import numpy as np
 
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.transforms import Batch
+from chute._core.tree import is_namedtuple
 from chute._core.validate import check_int, check_positive_int
 from chute._loader.legacy_operation import IteratorIterDataset
 from chute._loader.record import Record
@@ -48,7 +49,7 @@ def _unflatten(struct: Any, leaves: Iterator[Any]) -> Any:
         return {key: _unflatten(value, leaves) for key, value in struct.items()}
     if isinstance(struct, (list, tuple)):
         parts = [_unflatten(value, leaves) for value in struct]
-        if hasattr(struct, "_fields"):
+        if is_namedtuple(struct):
             return type(struct)(*parts)
         return type(struct)(parts)
     return next(leaves)

@@ -38,14 +38,16 @@ from chute._core.transforms import (
 )
 from chute._core.tree import stack
 from chute._loader import none_records
+from chute._loader.capabilities import ActsOnRecords, BuildsLoaderStage, KnowsRecordKeys
 from chute._loader.legacy_operation import RecordOperation
 from chute._loader.none_records import UnboxingBatch, boxed
 from chute._loader.record import Record, RecordMetadata
 from chute._stages._origin import function_name, locate
 from chute._stages.batch import BatchIterDataset, leaves_stacked_by
+from chute._stages.capabilities import WrapsFunction
 from chute._stages.flat_map import FlatMapIterDataset
 from chute._stages.map import MapIterDataset
-from chute._stages.slicing import mark_internal
+from chute._stages.source_block import mark_internal
 from chute._stages.source_dataset import SourceMapDataset
 from chute._stages.streams import Stream, StreamMapDataset
 
@@ -65,7 +67,7 @@ class _ReadMapDataset(MapDataset[Any]):
         super().__init__(positions)
         self._sampler, self._source, self._shard = sampler, source, shard
         self._records = records
-        self._keys = getattr(sampler, "_record_keys", None)
+        self._keys = sampler._record_keys if isinstance(sampler, KnowsRecordKeys) else None
 
     def __len__(self) -> int:
         return len(self._parent)
@@ -244,12 +246,11 @@ def stacked_by(dataset: IterDataset[Any], leaves_fn: Callable[[list[Any]], Any])
         return batched
     if isinstance(dataset, MapIterDataset) and dataset._fn is _data_of:
         batch = dataset._parent
-        if isinstance(batch, BatchIterDataset) and getattr(batch._batch_fn, "_fn", None) is stack:
+        wrapped = batch._batch_fn if isinstance(batch, BatchIterDataset) else None
+        if isinstance(wrapped, WrapsFunction) and wrapped._fn is stack:
             batched = copy.copy(batch)
             batched._batch_fn = _batch_records(functools.partial(stack, leaves_fn=leaves_fn))
-            copied = copy.copy(dataset)
-            copied._parents = (batched,)
-            return copied
+            return dataset.with_parents(batched)
     return leaves_stacked_by(dataset, leaves_fn)
 
 
@@ -258,7 +259,7 @@ def _on_records(op: Any, seed: int | None) -> Any:
     step = _element_wise(op, seed)
     if step is not None:
         return Filter(step[1]) if step[0] == "filter" else Map(step[1])
-    if hasattr(op, "_on_records"):  # an operation with its own stage (PackAndBatchOperation)
+    if isinstance(op, ActsOnRecords):  # an operation with its own stage (PackAndBatchOperation)
         return op._on_records()
     if isinstance(op, Batch):
         return Batch(op.batch_size, op.drop_remainder, _batch_records(op.batch_fn or stack))
@@ -294,7 +295,7 @@ def _apply(
     if on_data and rest:
         it, rest = _first_on_data(it, rest)
     for op in rest:
-        if hasattr(op, "_loader_stage"):
+        if isinstance(op, BuildsLoaderStage):
             it = op._loader_stage(it)
         elif isinstance(op, Filter):
             it = it.filter(op)
@@ -313,7 +314,7 @@ def _first_on_data(it: IterDataset[Any], rest: list[Any]) -> tuple[IterDataset[A
     Returns the pipeline with that stage and the operations still to apply.
     """
     op, after = rest[0], rest[1:]
-    if isinstance(op, Batch) and not hasattr(op, "_loader_stage"):
+    if isinstance(op, Batch) and not isinstance(op, BuildsLoaderStage):
         batch_fn = UnboxingBatch(op.batch_fn or stack)
         return it.batch(op.batch_size, drop_remainder=op.drop_remainder, batch_fn=batch_fn), after
     if isinstance(op, FlatMap):

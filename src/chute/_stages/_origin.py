@@ -21,7 +21,15 @@ import dataclasses
 from typing import Any
 
 from chute._core.errors import Origin
+from chute._core.pipeline_walk import parents_of
 from chute._core.transforms import _name
+from chute._stages.capabilities import (
+    HandsOnParentsElement,
+    LocatesRecords,
+    MapsToParentIndex,
+    RemembersLastOrigin,
+    WrapsFunction,
+)
 
 #: Stops a walk through a (malformed) cycle of stages.
 _MAX_DEPTH = 1000
@@ -41,14 +49,16 @@ def locate(dataset: Any, index: int | None) -> Origin | None:
     branch = ""
     try:
         for _ in range(_MAX_DEPTH):
-            step = getattr(dataset, "_parent_index", None)
-            found = step(int(index)) if step is not None else None
+            if not isinstance(dataset, MapsToParentIndex):
+                return None
+            found = dataset._parent_index(int(index))
             if found is None or isinstance(found, Origin):
                 return _with_branch(found, branch)
             k, index = found
-            if len(dataset._parents) > 1:
+            parents = parents_of(dataset)
+            if len(parents) > 1:
                 branch += f"[{k}]"
-            dataset = dataset._parents[k]
+            dataset = parents[k]
     except Exception:  # the user's error matters, not ours: name less instead
         return None
     return None
@@ -65,21 +75,19 @@ def locate_last(iterator: Any) -> Origin | None:
     node = iterator
     try:
         for _ in range(_MAX_DEPTH):
-            if not getattr(node, "_last_from_parent", False):
+            if not (isinstance(node, HandsOnParentsElement) and node._last_from_parent):
                 break
-            node = node._parents[0]
-        last = getattr(node, "_last_origin", None)
-        return last() if last is not None else None
+            node = parents_of(node)[0]
+        return node._last_origin() if isinstance(node, RemembersLastOrigin) else None
     except Exception:
         return None
 
 
 def source_origin(source: Any, index: int) -> Origin:
     """Index ``index`` of a user's source, with its file and record if it says."""
-    where = getattr(source, "_record_location", None)
-    if where is None:
+    if not isinstance(source, LocatesRecords):
         return Origin(index=index)
-    file, record = where(index)
+    file, record = source._record_location(index)
     return Origin(index=index, file=file, record=record)
 
 
@@ -99,11 +107,11 @@ def function_name(transform: Any) -> str:
 
     Names are qualified by class (``Decoder.map``) but not by enclosing function.
     """
-    fn = getattr(transform, "_fn", None)
+    fn = transform._fn if isinstance(transform, WrapsFunction) else None
     if fn is not None and fn is not transform:
         return function_name(fn)
     owner = getattr(transform, "__self__", None)  # a bound method: name its transform
-    if owner is not None and hasattr(owner, "_fn"):
+    if owner is not None and isinstance(owner, WrapsFunction):
         return function_name(owner)
     inner = getattr(transform, "func", None)  # functools.partial
     if inner is not None and callable(inner):

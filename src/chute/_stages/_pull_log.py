@@ -15,6 +15,7 @@ from typing import Any
 
 from chute._core.iterator import DatasetIterator
 from chute._core.replay import failed_pulls, replay_pulls
+from chute._stages.capabilities import ReadsMany
 
 
 class PullLog:
@@ -37,7 +38,7 @@ class PullLog:
         call carries on after the failed pull.
         """
         parent, items = self._parent, self.items
-        many = getattr(parent, "_next_many", None)
+        many = parent._next_many if isinstance(parent, ReadsMany) else None
         while len(items) < size:
             if not self.pulls:
                 self._start = parent.get_state()

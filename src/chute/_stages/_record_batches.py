@@ -30,8 +30,8 @@ import numpy as np
 from chute._core.dataset import IterDataset, MapDataset
 from chute._core.registry import untimed_type
 from chute._stages.batch import BatchIterDataset, BatchMapDataset
+from chute._stages.capabilities import BatchesRecordsInWorkers
 from chute._stages.map import MapIterDataset, MapMapDataset
-from chute._stages.mp_prefetch import MultiprocessPrefetchIterDataset
 from chute._stages.prefetch import PrefetchIterDataset
 from chute._stages.slice import SliceMapDataset
 
@@ -46,7 +46,7 @@ def records_batched(ds: IterDataset[Any]) -> IterDataset[Any]:
     """
     if isinstance(ds, PrefetchIterDataset):
         return _unbatched_read(ds)
-    if isinstance(ds, MultiprocessPrefetchIterDataset):
+    if isinstance(ds, BatchesRecordsInWorkers):  # mp_prefetch
         marked = copy.copy(ds)
         marked._records_batched = True  # each worker's share is rebuilt (mp_prefetch._workers)
         return marked
@@ -60,9 +60,7 @@ def records_batched(ds: IterDataset[Any]) -> IterDataset[Any]:
     rebuilt = records_batched(parent)
     if rebuilt is parent:
         return ds
-    copied = copy.copy(ds)
-    copied._parents = (rebuilt,)
-    return copied
+    return ds.with_parents(rebuilt)
 
 
 def _unbatched_read(read: PrefetchIterDataset) -> IterDataset[Any]:

@@ -17,6 +17,7 @@ from chute._core.state_check import check_pulls, count, fields, parent_state, pu
 from chute._core.validate import check_callable, check_positive_int, grain_first
 from chute._stages._origin import function_name
 from chute._stages._pull_log import PullLog
+from chute._stages.capabilities import WrapsFunction
 from chute._stages.next_index import get_next_index, set_next_index
 
 
@@ -33,7 +34,8 @@ def _check_args(
 
 def _label(batch_fn: Callable[[Sequence[Any]], Any]) -> str:
     """``batch``, or ``batch(collate)`` with the user's ``batch_fn`` (for error notes)."""
-    if _stacks_by_default(batch_fn) or _stacks_by_default(getattr(batch_fn, "_fn", None)):
+    wrapped = batch_fn._fn if isinstance(batch_fn, WrapsFunction) else None
+    if _stacks_by_default(batch_fn) or _stacks_by_default(wrapped):
         return "batch"
     return f"batch({function_name(batch_fn)})"
 
@@ -305,9 +307,7 @@ def leaves_stacked_by(dataset: Any, leaves_fn: Callable[[list[Any]], Any]) -> An
     if isinstance(dataset, PrefetchIterDataset):
         batches = _map_batches_stacked_by(dataset._parent, leaves_fn)
         if batches is not None:
-            reader = copy.copy(dataset)
-            reader._parents = (batches,)
-            return reader
+            return dataset.with_parents(batches)
     return dataset
 
 
@@ -320,9 +320,7 @@ def _map_batches_stacked_by(ds: MapDataset[Any], leaves_fn: Callable[[list[Any]]
         below = _map_batches_stacked_by(ds._parent, leaves_fn)
         if below is None:
             return None
-        sliced = copy.copy(ds)
-        sliced._parents = (below,)
-        return sliced
+        return ds.with_parents(below)
     if isinstance(ds, BatchMapDataset) and ds._batch_fn is tree.stack:
         batched = copy.copy(ds)
         batched._first_batch_fn = functools.partial(tree.stack, leaves_fn=leaves_fn)

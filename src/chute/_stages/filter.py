@@ -27,6 +27,7 @@ from chute._core.pipeline_context import join
 from chute._core.state_check import REACH, count, fields, parent_state, parents_reach, require
 from chute._core.transforms import TRANSFORM_TYPES, Filter, callable_of
 from chute._stages._origin import label, locate, locate_last
+from chute._stages.capabilities import WrapsFunction
 
 T = TypeVar("T")
 
@@ -151,7 +152,7 @@ def grains_transform_name(transform: Any) -> str:
     >>> grains_transform_name(len)
     'len'
     """
-    fn = getattr(transform, "_fn", None)
+    fn = transform._fn if isinstance(transform, WrapsFunction) else None
     if isinstance(transform, TRANSFORM_TYPES) and callable(fn) and fn is not transform:
         transform = fn  # Filter(fn): named as Grain names fn
     if isinstance(transform, TRANSFORM_TYPES):

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from chute._core.iterator import DatasetIterator
+
 
 def _hook(iterator: Any, name: str) -> Any:
     hook = getattr(iterator, name, None)
     if hook is None:
-        stage = iterator._stage_name() if hasattr(iterator, "_stage_name") else type(iterator)
+        stage = iterator._stage_name() if isinstance(iterator, DatasetIterator) else type(iterator)
         raise NotImplementedError(
             f"{name.strip('_')} is not supported for a {stage} iterator: it cannot say where "
             "it is as one index without reading data; use get_state() and set_state() instead."

@@ -38,6 +38,7 @@ from chute._core.state_check import (
     pull_numbers,
     require,
 )
+from chute._stages.capabilities import ReadsMany
 from chute._stages.packing import Packer
 
 _CHUNK = 64
@@ -60,7 +61,7 @@ class _Reader:
 
     def __init__(self, parent: DatasetIterator[Any]) -> None:
         self._parent = parent
-        self._many = getattr(parent, "_next_many", None)
+        self._many = parent._next_many if isinstance(parent, ReadsMany) else None
         self.reset(parent.get_state(), 0)
 
     def reset(self, state: dict[str, Any], index: int) -> None:

@@ -42,6 +42,7 @@ from chute._execution.daemon_pool import DaemonPool
 from chute._execution.tuning import ReadAheadTuner, busy_clock, chunk_seconds, levels_for
 from chute._stages._origin import locate
 from chute._stages.filter import WINDOW, DropCheck
+from chute._stages.source_block import push_down
 
 T = TypeVar("T")
 
@@ -52,6 +53,8 @@ _NAME = "to_iter_dataset"
 
 class PrefetchIterDataset(IterDataset[T]):
     """Iterates a MapDataset in index order, skipping filtered (``None``) elements."""
+
+    _block: slice | None = None  # the block of the source set_slice(sequential_slice=True) took
 
     def __init__(
         self,
@@ -89,8 +92,6 @@ class PrefetchIterDataset(IterDataset[T]):
         >>> list(ds)
         [20, 80]
         """
-        from chute._stages.slicing import push_down
-
         original = self.__dict__.setdefault("_original_parents", self._parents)[0]
         slices = self.__dict__.setdefault("_in_place_slices", [])
         if sequential_slice:
@@ -98,7 +99,7 @@ class PrefetchIterDataset(IterDataset[T]):
             self._block = sl
         else:
             slices.append(sl)
-        block = getattr(self, "_block", None)
+        block = self._block
         parent = original
         if block is not None:
             parent = push_down(original, lambda n: sequential_block(block, True, n, _NAME))

@@ -22,27 +22,28 @@ Grain numbers them).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from chute._core.dataset import IterDataset, MapDataset
 from chute._core.in_place_slice import shard_block
+from chute._stages.capabilities import NumbersElements
+from chute._stages.source_block import INTERNAL, Pick, mark_internal, push_down
 
-Pick = Callable[[int], slice]
-_D = TypeVar("_D", bound=MapDataset[Any])
-
-#: Set on the slices (and stream views) made here: chute's own, which the statistics
-#: and pictures leave out of the pipeline they show the user.
-INTERNAL = "_chute_internal"
-
-
-def mark_internal(ds: _D) -> _D:
-    """``ds``, marked as a node chute made for a worker's share (``INTERNAL``)."""
-    setattr(ds, INTERNAL, True)
-    return ds
+__all__ = [
+    "INTERNAL",
+    "Ordinals",
+    "contiguous",
+    "interleaved",
+    "mark_internal",
+    "push_down",
+    "reshaped",
+    "share",
+    "share_stream",
+    "sliced",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +78,7 @@ class Ordinals:
 
 def _renumbered(node: IterDataset[Any], ordinals: Ordinals | None) -> None:
     """Gives ``node`` (a fresh copy) its share's numbering, if it numbers its elements."""
-    if ordinals is not None and hasattr(node, "_ordinals"):
+    if ordinals is not None and isinstance(node, NumbersElements):
         node._ordinals = dataclasses.replace(ordinals, outer=node._ordinals)
 
 
@@ -96,14 +97,15 @@ def reshaped(
             f"{type(ds).__name__} does not read a MapDataset, so its elements cannot be shared "
             "out among workers; start the pipeline with MapDataset...to_iter_dataset()."
         )
-    copied = copy.copy(ds)
-    copied._parents = tuple(
-        reshape(p)
-        if isinstance(p, MapDataset)
-        else reshaped(p, reshape, ordinals)
-        if isinstance(p, IterDataset)
-        else p
-        for p in ds.parents
+    copied = ds.with_parents(
+        *(
+            reshape(p)
+            if isinstance(p, MapDataset)
+            else reshaped(p, reshape, ordinals)
+            if isinstance(p, IterDataset)
+            else p
+            for p in ds.parents
+        )
     )
     _renumbered(copied, ordinals)
     return copied
@@ -120,26 +122,6 @@ def sliced(
     if to_source:
         return reshaped(ds, lambda m: push_down(m, pick), ordinals)
     return reshaped(ds, lambda m: mark_internal(m.slice(pick(len(m)))), ordinals)
-
-
-def push_down(top: MapDataset[Any], pick: Pick) -> MapDataset[Any]:
-    """``top`` rebuilt over a block of its source, or sliced itself if that is not possible."""
-    from chute._stages.slice import SliceMapDataset
-
-    chain, node = [], top
-    while len(node.parents) == 1 and isinstance(node.parents[0], MapDataset):
-        if isinstance(node, SliceMapDataset):
-            return mark_internal(top.slice(pick(len(top))))
-        chain.append(node)
-        node = node.parents[0]
-    if node.parents or isinstance(node, SliceMapDataset):
-        return mark_internal(top.slice(pick(len(top))))
-    rebuilt = mark_internal(node.slice(pick(len(node))))
-    for above in reversed(chain):
-        copied = copy.copy(above)
-        copied._parents = (rebuilt,)
-        rebuilt = copied
-    return rebuilt
 
 
 def interleaved(worker: int, count: int) -> Pick:

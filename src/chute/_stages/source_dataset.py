@@ -18,6 +18,7 @@ from chute._core.indexing import converted, numpy_index_type
 from chute._core.pipeline_walk import pipeline_nodes
 from chute._core.validate import check_int
 from chute._stages import _origin
+from chute._stages.capabilities import GoesByPublicName, StartsDownloads
 
 
 def _pick(seq: list[Any] | tuple[Any, ...], indices: list[int]) -> list[Any]:
@@ -44,7 +45,8 @@ class SourceMapDataset(MapDataset[Any]):
         self._length = len(source)
         # A source may go by its public name (the same data read another way: from an
         # index, from a bucket), so checkpoints cross between the ways of reading it.
-        self._label = f"source {getattr(type(source), '_public_name', type(source).__name__)}"
+        public = source._public_name if isinstance(source, GoesByPublicName) else None
+        self._label = f"source {public or type(source).__name__}"
         self._read_many = getattr(source, "__getitems__", None)
         if self._read_many is None and isinstance(source, (list, tuple)):
             self._read_many = functools.partial(_pick, source)
@@ -205,9 +207,8 @@ def start_downloads(dataset: Any) -> None:
     for node in pipeline_nodes(dataset):
         if isinstance(node, SliceMapDataset):
             return
-        start = getattr(getattr(node, "_source", None), "_start_downloads", None)
-        if isinstance(node, SourceMapDataset) and start is not None:
-            sources.append((node, start))
+        if isinstance(node, SourceMapDataset) and isinstance(node._source, StartsDownloads):
+            sources.append((node, node._source._start_downloads))
     for node, start in sources:
         try:
             start()

@@ -29,6 +29,7 @@ from chute._core.dataset import DatasetIterator, IterDataset, MapDataset, as_ite
 from chute._core.dataset_options import ERROR_BUDGET_FIELDS, DatasetOptions, has_error_budget
 from chute._core.errors import ChuteError, ErrorBudgetExceededError
 from chute._core.pipeline_context import join, options_after
+from chute._core.pipeline_walk import parents_of
 from chute._core.state_check import by_stage, count, fields, parent_state, refuse
 from chute._stages._record_batches import records_batched
 
@@ -113,8 +114,8 @@ def _batch_upstream(iterator: DatasetIterator[Any]) -> Any:
     while True:
         if hasattr(node, "records_in_last_batch"):
             return node
-        parents = (getattr(node, "__dict__", None) or {}).get("_parents", ())
-        if len(parents) != 1 or getattr(node, "_stage", "") != "map":
+        parents = parents_of(node)
+        if len(parents) != 1 or not (isinstance(node, DatasetIterator) and node._stage == "map"):
             return None
         node = parents[0]
 

@@ -21,9 +21,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from chute._core import metrics
+from chute._core.capabilities import CollectsStatistics
+from chute._core.pipeline_walk import parents_of
+from chute._execution.worker import Worker
 from chute._stats import records as _records
 from chute._stats.graph import StageNode, post_order, retries_of, stage_graph
 from chute._stats.records import StageRecord
+from chute._stats.timing import time_iterator
 
 __all__ = ["WORKER_REPORT_S", "Collector", "LoaderCollector", "merged_rows"]
 
@@ -57,8 +61,6 @@ class Collector:
         An iterator no stage of the graph made (``iter()`` of a MapDataset reads it
         through a ``to_iter_dataset`` of its own) is timed here, as one more stage.
         """
-        from chute._stats.instrument import time_iterator
-
         record = type(iterator).__dict__.get("_chute_record")
         if record is None:
             record = StageRecord()
@@ -151,15 +153,14 @@ class Collector:
         iterator = ref() if ref is not None else None
         if iterator is None:
             return []
-        workers = getattr(iterator, "_parents", ())
-        return [w._stats for w in workers if getattr(w, "_stats", None) is not None]
+        return [w._stats for w in parents_of(iterator) if _reports_of(w)]
 
     def ray_workers(self) -> list[tuple[str, float]]:
         """The node and the seconds spent moving elements of each Ray worker (none local)."""
         out = []
         for ref in self._pool_iterators.values():
             iterator = ref()
-            out += _ray_workers(getattr(iterator, "_parents", ()) if iterator is not None else ())
+            out += _ray_workers(parents_of(iterator) if iterator is not None else ())
         return out
 
     def worker_count(self) -> int:
@@ -167,8 +168,13 @@ class Collector:
         count = 0
         for ref in self._pool_iterators.values():
             iterator = ref()
-            count += len(getattr(iterator, "_parents", ())) if iterator is not None else 0
+            count += len(parents_of(iterator)) if iterator is not None else 0
         return count
+
+
+def _reports_of(worker: Any) -> bool:
+    """Whether ``worker`` is a worker of a pool whose figures have come (statistics on)."""
+    return isinstance(worker, Worker) and worker._stats is not None
 
 
 def merged_rows(reports: list[dict[str, Any]], where: str, out: list[Row]) -> int | None:
@@ -225,9 +231,9 @@ class LoaderCollector:
         reports = []
         in_process = False
         for worker in self._workers():
-            if getattr(worker, "_stats", None) is not None:
+            if _reports_of(worker):
                 reports.append(worker._stats)
-            elif getattr(worker, "_chute_stats", None) is not None:
+            elif isinstance(worker, CollectsStatistics) and worker._chute_stats is not None:
                 in_process = True
                 reports.append(worker._chute_stats.report())
         top = merged_rows(reports, "main" if in_process else "workers", out)
@@ -236,7 +242,7 @@ class LoaderCollector:
         return shown(out)
 
     def worker_count(self) -> int:
-        return sum(getattr(w, "_stats", None) is not None for w in self._workers())
+        return sum(_reports_of(w) for w in self._workers())
 
     def ray_workers(self) -> list[tuple[str, float]]:
         return _ray_workers(self._workers())

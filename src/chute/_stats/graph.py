@@ -11,7 +11,10 @@ import dataclasses
 import re
 from typing import Any
 
-from chute._stages.slicing import INTERNAL  # the mark of the nodes chute makes for workers
+from chute._core.node import Node
+from chute._stages.batch import BatchIterDataset, BatchMapDataset
+from chute._stages.source_block import INTERNAL  # the mark of the nodes chute makes for workers
+from chute._stages.source_dataset import SourceMapDataset
 
 __all__ = ["StageNode", "post_order", "retries_of", "spec_text", "stage_graph", "stage_label"]
 
@@ -42,8 +45,7 @@ class StageNode:
 
 def stage_label(ds: Any) -> str:
     """``map(decode)``, ``shuffle(seed=42)``; for a stage without one, its kind (``range``)."""
-    describe = getattr(ds, "_repr_step", None)
-    step = describe() if callable(describe) else ""
+    step = ds._repr_step() if isinstance(ds, Node) else ""
     if step:
         return str(step)
     named = _NAMED.get(type(ds).__name__)
@@ -54,12 +56,17 @@ def stage_label(ds: Any) -> str:
 
 
 def _batch(ds: Any) -> str:
-    return f"batch({getattr(ds, '_batch_size', '?')})"
+    size = ds._batch_size if isinstance(ds, (BatchMapDataset, BatchIterDataset)) else "?"
+    return f"batch({size})"
 
 
 def _workers(ds: Any) -> str:
-    count = getattr(getattr(ds, "_options", None), "num_workers", "?")
-    ray = " Ray" if getattr(ds, "_executor", None) is not None else ""
+    from chute._stages.mp_prefetch import MultiprocessPrefetchIterDataset
+
+    if not isinstance(ds, MultiprocessPrefetchIterDataset):
+        return "mp_prefetch(? workers)"
+    count = ds._options.num_workers
+    ray = " Ray" if ds._executor is not None else ""
     return f"mp_prefetch({count}{ray} workers)"
 
 
@@ -78,7 +85,9 @@ def retries_of(ds: Any) -> int | None:
     A source that counts its retries has an int ``retries`` (``None``: it reads local
     files); a source stage sliced by ``set_slice`` keeps the original source.
     """
-    source = ds.__dict__.get("_original_source", getattr(ds, "_source", None))
+    if not isinstance(ds, SourceMapDataset):
+        return None
+    source = ds.__dict__.get("_original_source", ds._source)
     count = getattr(source, "retries", None)
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 

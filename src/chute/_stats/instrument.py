@@ -8,32 +8,33 @@ whose read methods (``__next__``, ``_next_many``, ``_getitems``,
 The stages' own code is untouched, and a pipeline without tracking runs
 exactly the classes it always did.
 
-Self time: each thread keeps the record it is in and the time its callees
-took, so a stage's time excludes its parents' when they run in the same
-thread; each thread adds to its own counts of a record (see ``records``).
-A stage whose parents run in other threads (a prefetch) is timed for how
-long its consumer waited.  The stages that a worker pool runs are
-not timed here: their copy is marked, and each worker times its own copy
-and sends the figures to the parent (``worker_loop``).
+Self time is kept per thread (``timing``).  A stage whose parents run in
+other threads (a prefetch) is timed for how long its consumer waited.  The
+stages that a worker pool runs are not timed here: their copy is marked, and
+each worker times its own copy and sends the figures to the parent
+(``worker_loop``).
 """
 
 from __future__ import annotations
 
 import copy
 import functools
-import itertools
 import logging
-import operator
-import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from chute._core.pipeline_walk import pipeline_nodes
-from chute._core.registry import UNTIMED
 from chute._stats.collector import Collector
 from chute._stats.graph import post_order
 from chute._stats.records import StageRecord
+from chute._stats.timing import (
+    count_kept,
+    count_many,
+    time_iterator,
+    timed,
+    timed_class,
+    timed_getitem,
+)
 
 __all__ = [
     "TRACK_MARK",
@@ -45,9 +46,6 @@ __all__ = [
 ]
 
 TRACK_MARK = "_chute_track_stages"  # set on the top dataset a worker runs: it times itself
-
-_LOCAL = threading.local()
-_NONE = object()
 
 
 def wanted(ds: Any) -> bool:
@@ -93,143 +91,15 @@ def picture_when_asked(ds: Any) -> None:
         logging.getLogger("chute").warning("chute: no pipeline picture written: %s", exc)
 
 
-def _frame() -> list[Any]:
-    try:
-        return _LOCAL.frame
-    except AttributeError:
-        frame = _LOCAL.frame = [None, 0]  # the record this thread is in, its callees' time
-        return frame
-
-
-def _one(result: Any) -> int:
-    return 1
-
-
-def _many(result: Any) -> int:
-    return len(result)
-
-
-def _kept(result: Any) -> int:
-    """A filter's chunk: None stands for each element it dropped.
-
-    ``list.count`` is twice as fast as testing identities one by one, but
-    compares with ``==``, which arrays answer element-wise: they take the slow way.
-    """
-    try:
-        return len(result) - result.count(None)
-    except (ValueError, TypeError):  # an array's ambiguous truth
-        return len(result) - sum(map(operator.is_, result, itertools.repeat(None)))
-
-
-def _timed(
-    method: Any,
-    record: StageRecord,
-    counted: Callable[[Any], int],
-    fill: Callable[[Any], tuple[int, int]] | None = None,
-) -> Any:
-    """``method`` (one argument or none) timed into ``record``.
-
-    ``counted(result)`` tells how many elements a call gave; ``fill`` looks at
-    the stage's buffer every 8th call.  Kept lean: it runs on every call of
-    every stage while tracking is on.
-    """
-    clock = time.perf_counter_ns
-    local = _LOCAL
-    mine = record.local  # each thread adds to its own counts: no lock, exact totals
-    new_counts = record.counts
-    due = record.due
-
-    def call(self: Any, arg: Any = _NONE) -> Any:
-        try:
-            frame = local.frame
-        except AttributeError:
-            frame = _frame()
-        outer = frame[0]
-        if outer is record:  # the stage calling itself (``_next_many`` -> ``next``)
-            return method(self) if arg is _NONE else method(self, arg)
-        try:
-            counts = mine.counts
-        except AttributeError:
-            counts = new_counts()
-        outer_callees = frame[1]
-        frame[0] = record
-        frame[1] = 0
-        start = clock()
-        try:
-            result = method(self) if arg is _NONE else method(self, arg)
-        except BaseException:
-            end = clock()
-            counts.add(end - start - frame[1], end - start, 0, None, end)
-            frame[0] = outer
-            frame[1] = outer_callees + end - start
-            raise
-        end = clock()
-        elapsed = end - start
-        counts.add(elapsed - frame[1], elapsed, counted(result), result, end)
-        frame[0] = outer
-        frame[1] = outer_callees + elapsed
-        if end >= record.deadline_ns:
-            due(end)
-        if fill is not None and not counts.calls & 7:
-            counts.fill(*fill(self))
-        return result
-
-    call.__name__ = getattr(method, "__name__", "call")
-    call.__wrapped__ = method  # type: ignore[attr-defined]
-    return call
-
-
-def _item(method: Any, record: StageRecord) -> Any:
-    timed = _timed(method, record, _one)
-
-    def __getitem__(self: Any, index: Any) -> Any:
-        return method(self, index) if isinstance(index, slice) else timed(self, index)
-
-    return __getitem__
-
-
-def _timed_class(cls: type, record: StageRecord, extra: dict[str, Any]) -> type:
-    namespace: dict[str, Any] = {
-        "__slots__": (),
-        "__module__": cls.__module__,
-        "__qualname__": cls.__qualname__,
-        UNTIMED: cls,
-        "_chute_record": record,
-        **extra,
-    }
-    return type(cls)(cls.__name__, (cls,), namespace)
-
-
-def time_iterator(it: Any, record: StageRecord, *, any_class: bool = False) -> Any:
-    """Makes ``it`` (a stage's iterator) add its calls to ``record``; returns it.
-
-    Only chute's ``DatasetIterator``s are timed, unless ``any_class``.
-    """
-    from chute._core.iterator import DatasetIterator
-
-    cls = type(it)
-    if not (any_class or isinstance(it, DatasetIterator)) or "_chute_record" in cls.__dict__:
-        return it
-    fill = getattr(cls, "_buffer_fill", None)
-    extra = {"__next__": _timed(cls.__next__, record, _one, fill)}
-    if hasattr(cls, "_next_many"):
-        extra["_next_many"] = _timed(cls._next_many, record, _many, fill)
-    try:
-        it.__class__ = _timed_class(cls, record, extra)
-    except TypeError:  # a layout the subclass cannot take: it goes untimed
-        pass
-    return it
-
-
 def _timed_dataset(node: Any, record: StageRecord, started: Callable[[Any], None] | None) -> Any:
     from chute._core.dataset import MapDataset
 
     cls = type(node)
     if isinstance(node, MapDataset):
-        counted = _kept if "Filter" in cls.__name__ else _many
+        counted = count_kept if "Filter" in cls.__name__ else count_many
         extra = {
-            "_getitems": _timed(cls._getitems, record, counted),
-            "__getitem__": _item(cls.__getitem__, record),
+            "_getitems": timed(cls._getitems, record, counted),
+            "__getitem__": timed_getitem(cls.__getitem__, record),
         }
     else:
         make = cls.__iter__
@@ -242,7 +112,7 @@ def _timed_dataset(node: Any, record: StageRecord, started: Callable[[Any], None
 
         extra = {"__iter__": __iter__}
     copied = copy.copy(node)
-    copied.__class__ = _timed_class(cls, record, extra)
+    copied.__class__ = timed_class(cls, record, extra)
     return copied
 
 
@@ -265,14 +135,15 @@ def instrument(ds: Any) -> tuple[Any, Collector]:
             records[i] = None
             continue
         started = functools.partial(collector.pool_started, i) if i in pools else None
-        copied = _timed_dataset(node, records[i], started)  # type: ignore[arg-type]
         if isinstance(node, MultiprocessPrefetchIterDataset):
             top = copy.copy(node._parent)
             setattr(top, TRACK_MARK, True)
-            copied._parents = (top,)
-            copied._next_base_seed = node._next_base_seed  # each iterator is a new epoch of seeds
+            parents: tuple[Any, ...] = (top,)
         else:
-            copied._parents = tuple(copies.get(id(p), p) for p in node._parents)
+            parents = tuple(copies.get(id(p), p) for p in node.parents)
+        copied = _timed_dataset(node.with_parents(*parents), records[i], started)  # type: ignore[arg-type]
+        if isinstance(node, MultiprocessPrefetchIterDataset):
+            copied._next_base_seed = node._next_base_seed  # each iterator is a new epoch of seeds
         copies[id(node)] = copied
     # A stage inside a pool that is also read outside it (one branch read twice) goes untimed.
     return copies[id(ds)], collector

@@ -12,6 +12,7 @@ import dataclasses
 import json
 from typing import Any
 
+from chute._core.capabilities import CollectsStatistics
 from chute._stats.reads import ReadStats, read_stats
 from chute._stats.reads import text as _reads_text
 
@@ -164,7 +165,7 @@ def execution_summary(iterator: Any) -> ExecutionSummary:
     A stage that hands its parent's iterator on unchanged (``with_options``
     without an error budget) is never called: it shows no figures.
     """
-    collector = getattr(iterator, "_chute_stats", None)
+    collector = iterator._chute_stats if isinstance(iterator, CollectsStatistics) else None
     if collector is None:
         raise ValueError(
             f"execution_summary(): {type(iterator).__name__} collects no statistics. Make the "

@@ -180,7 +180,7 @@ def visualize(ds_or_iterator: Any) -> PipelinePicture:
         summary = _summary_of(ds_or_iterator)
         if summary is not None:
             return PipelinePicture(summary.stages)
-        pipeline = getattr(ds_or_iterator, "_pipeline", None)
+        pipeline = ds_or_iterator._pipeline
         if pipeline is None:
             raise ValueError(
                 f"visualize: this {type(ds_or_iterator).__name__} knows neither its dataset nor "

@@ -200,7 +200,8 @@ def open_file(
 
 def _parquet_file(source: Any, path: str, kwargs: dict[str, Any], owner: str) -> Any:
     """``ParquetFile`` over what ``_resolve`` gave; a cached copy is read from its local path
-    and kept on the file (``_chute_copy``), a ``RangedFile`` too (``_chute_file``)."""
+    and kept on the file (``_chute_copy``), a ``RangedFile`` too (``_chute_file``); every file
+    opened here has both (``None`` where it has neither)."""
     pq = pyarrow_parquet()
     copy = source if isinstance(source, CopySource) else None
     try:
@@ -215,10 +216,9 @@ def _parquet_file(source: Any, path: str, kwargs: dict[str, Any], owner: str) ->
         if isinstance(exc, (OSError, ValueError)):
             reraise(exc, f"{owner}: {path!r} is not a readable Parquet file: {exc}")
         raise
-    if copy is not None:
-        pf._chute_copy = copy
-    elif not isinstance(source, str):  # chute's RangedFile: read_group prefetches through it
-        pf._chute_file = source
+    pf._chute_copy = copy
+    # chute's RangedFile: read_group prefetches through it
+    pf._chute_file = source if copy is None and not isinstance(source, str) else None
     return pf
 
 
@@ -227,7 +227,7 @@ def onto_copy(
 ) -> Any:
     """``pf``, or where ``pf`` reads ``path`` from the bucket and ``cache`` now holds the whole
     copy of that version, the copy opened in its place (``pf`` closed)."""
-    file = getattr(pf, "_chute_file", None)
+    file = pf._chute_file
     copy = None if file is None else whole_copy(cache, path, file.version)
     if copy is None:
         return pf
@@ -240,15 +240,14 @@ def onto_copy(
 def close_file(pf: Any) -> None:
     """Closes a file ``open_file`` opened, and lets go of its cached copy if it read one."""
     pf.close()
-    copy = getattr(pf, "_chute_copy", None)
-    if copy is not None:
-        copy.close()
+    if pf._chute_copy is not None:
+        pf._chute_copy.close()
 
 
 def version_of(pf: Any) -> str | None:
     """The version (ETag, generation) of a file opened through chute's transport (or of the
     object a cached copy holds), else ``None``."""
-    file = getattr(pf, "_chute_file", getattr(pf, "_chute_copy", None))
+    file = pf._chute_file if pf._chute_file is not None else pf._chute_copy
     version = None if file is None else file.version
     return None if version is None else str(version)
 
@@ -276,7 +275,7 @@ def read_group(
     """
     from pyarrow import ArrowException
 
-    file = getattr(pf, "_chute_file", None)
+    file = pf._chute_file
     try:
         if file is not None:
             file.prefetch(group_ranges(pf.metadata.row_group(group), columns))

@@ -1,0 +1,141 @@
+"""How chute's modules talk to each other: through named capabilities, not private names.
+
+A stage that needs something from another (its parents, a source's downloads, a
+batch stage's shared-memory stacking) asks through a method of the base class
+(``Node.with_parents``, ``Node.parents``) or an ``isinstance`` check against a
+small Protocol (``chute._core.capabilities``), never by probing a private name
+with ``getattr(x, "_name", None)``.  The scan reads every module of
+``src/chute`` with ``ast`` and counts:
+
+* probes: ``getattr``/``hasattr`` calls whose attribute is a string literal that
+  starts with ``_`` (dunder names such as ``__name__`` are Python's, not ours);
+* hand reparenting: an assignment to ``<something>._parents`` other than a
+  node's or iterator's own ``self._parents`` (copy the node with
+  ``with_parents(...)`` instead).
+
+Run this file as a script to print the counts and every site.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "chute"
+
+#: The most probes of private names chute may keep (97 when issue 35 was filed).
+MOST_PROBES = 20
+
+
+def _is_private(name: object) -> bool:
+    return (
+        isinstance(name, str)
+        and name.startswith("_")
+        and not (name.startswith("__") and name.endswith("__"))
+    )
+
+
+def probes_in(source: str) -> list[tuple[int, str]]:
+    """``(line, call)`` for each ``getattr``/``hasattr`` of a private name in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and _is_private(node.args[1].value)
+        ):
+            found.append((node.lineno, ast.unparse(node)))
+    return sorted(found)
+
+
+#: The one module that may set another node's ``_parents``: the base, in ``Node.with_parents``.
+NODE_BASE = SRC / "_core" / "node.py"
+
+
+def reparent_sites_in(source: str) -> list[tuple[int, str]]:
+    """``(line, target)`` for each assignment to another object's ``_parents``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        else:
+            continue
+        for target in targets:
+            for part in ast.walk(target):
+                if (
+                    isinstance(part, ast.Attribute)
+                    and part.attr == "_parents"
+                    and not (isinstance(part.value, ast.Name) and part.value.id == "self")
+                ):
+                    found.append((node.lineno, ast.unparse(part)))
+    return found
+
+
+def _scan(counter: Callable[[str], list[tuple[int, str]]], skip: Path | None = None) -> list[str]:
+    return [
+        f"{path.relative_to(SRC.parent)}:{line}: {text}"
+        for path in sorted(SRC.rglob("*.py"))
+        if path != skip
+        for line, text in counter(path.read_text())
+    ]
+
+
+def probes() -> list[str]:
+    """Every probe of a private name in chute, as ``path:line: call``."""
+    return _scan(probes_in)
+
+
+def reparent_sites() -> list[str]:
+    """Every hand reparenting in chute, as ``path:line: target``."""
+    return _scan(reparent_sites_in, skip=NODE_BASE)
+
+
+def test_modules_probe_few_private_names() -> None:
+    found = probes()
+    assert len(found) <= MOST_PROBES, (
+        f"{len(found)} getattr/hasattr probes of private names (at most {MOST_PROBES}); "
+        "ask through a method of the base class or an isinstance check against a "
+        "Protocol of chute._core.capabilities instead:\n" + "\n".join(found)
+    )
+
+
+def test_no_stage_reparents_a_copy_by_hand() -> None:
+    found = reparent_sites()
+    assert not found, (
+        "copy a node with node.with_parents(...) instead of setting _parents:\n" + "\n".join(found)
+    )
+
+
+def test_the_scan_counts_private_probes_and_leaves_out_dunders() -> None:
+    source = (
+        "getattr(x, '_source', None)\n"
+        "hasattr(x, '_fn')\n"
+        "getattr(x, '__name__', '')\n"
+        "getattr(x, 'public', None)\n"
+        "getattr(x, name)\n"
+    )
+    assert [line for line, _ in probes_in(source)] == [1, 2]
+
+
+def test_the_scan_sees_a_copy_reparented_by_hand_and_not_a_nodes_own_parents() -> None:
+    source = (
+        "class A:\n"
+        "    def __init__(self, p):\n"
+        "        self._parents = (p,)\n"
+        "def rewrite(node, p):\n"
+        "    copied = copy.copy(node)\n"
+        "    copied._parents = (p,)\n"
+    )
+    assert reparent_sites_in(source) == [(6, "copied._parents")]
+
+
+if __name__ == "__main__":
+    for title, found in (("probes", probes()), ("reparent sites", reparent_sites())):
+        print(f"{len(found)} {title}")
+        print("\n".join(f"  {line}" for line in found))
