@@ -19,8 +19,11 @@ Run this file as a script to print the counts and every site.
 from __future__ import annotations
 
 import ast
+import importlib
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "chute"
 
@@ -110,6 +113,49 @@ def test_no_stage_reparents_a_copy_by_hand() -> None:
     assert not found, (
         "copy a node with node.with_parents(...) instead of setting _parents:\n" + "\n".join(found)
     )
+
+
+#: The modules that name the capabilities, as ``typing.Protocol``s.
+CAPABILITY_MODULES = ("_core", "_stages", "_loader")
+
+
+def _defined_names(skip: set[Path]) -> set[str]:
+    """Every function, class attribute and ``x.name = ...`` target in chute but ``skip``."""
+    names: set[str] = set()
+    for path in SRC.rglob("*.py"):
+        if path in skip:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+@pytest.mark.parametrize("package", CAPABILITY_MODULES)
+def test_every_capability_is_offered_somewhere(package: str) -> None:
+    # A capability's members are private names: renaming one on the side that offers it
+    # would quietly turn the feature off, so each must still be defined outside its Protocol.
+    capabilities = importlib.import_module(f"chute.{package}.capabilities")
+    defined = _defined_names({SRC / package / "capabilities.py" for package in CAPABILITY_MODULES})
+    missing = [
+        f"{name}.{member}"
+        for name in capabilities.__all__
+        for member in _members(getattr(capabilities, name))
+        if member not in defined
+    ]
+    assert not missing, f"nothing in chute offers {missing}"
+
+
+def _members(protocol: type) -> list[str]:
+    """The names a Protocol asks for: its methods and its annotated attributes."""
+    own = {k for k in vars(protocol) if k.startswith("_") and not k.startswith("__")}
+    own |= set(getattr(protocol, "__annotations__", {}))
+    return sorted(k for k in own if not k.startswith(("_abc_", "_is_")))
 
 
 def test_the_scan_counts_private_probes_and_leaves_out_dunders() -> None:

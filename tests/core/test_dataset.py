@@ -108,6 +108,19 @@ def test_datasets_are_immutable_recipes() -> None:
     assert list(doubled) == list(doubled)
 
 
+def test_with_parents_copies_a_stage_over_new_parents_and_leaves_it_unchanged() -> None:
+    base = MapDataset.range(4).seed(3)
+    doubled = base.map(lambda x: 2 * x)
+    other = MapDataset.range(10, 13)
+    copied = doubled.with_parents(other)
+    assert type(copied) is type(doubled) and copied.parents == (other,)
+    assert list(copied) == [20, 22, 24]
+    assert doubled.parents == (base,) and list(doubled) == [0, 2, 4, 6]
+    zipped = ZipMapDataset([MapDataset.range(2), MapDataset.range(2)])
+    rezipped = zipped.with_parents(MapDataset.range(5, 7), MapDataset.range(7, 9))
+    assert list(rezipped) == [(5, 7), (6, 8)] and list(zipped) == [(0, 0), (1, 1)]
+
+
 def test_apply_runs_transforms_in_order() -> None:
     class AddOne(transforms.Map):
         def map(self, element: int) -> int:
