@@ -10,10 +10,19 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "ActsOnRecords",
+    "AllowsPipelineChange",
     "BuildsLoaderStage",
     "DescribesItselfToGrain",
     "KnowsRecordKeys",
 ]
+
+
+@runtime_checkable
+class AllowsPipelineChange(Protocol):
+    """An iterator that takes a state saved by a changed pipeline (a DataLoader's iterator
+    gets the flag from ``chute.checkpoint.allow_pipeline_change()``)."""
+
+    _allow_pipeline_change: bool
 
 
 @runtime_checkable

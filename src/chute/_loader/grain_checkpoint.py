@@ -12,6 +12,7 @@ from typing import Any
 from chute._core.iterator import DatasetIterator
 from chute._grain.state import from_grain, to_grain
 from chute._loader import data_loader
+from chute._loader.capabilities import AllowsPipelineChange
 from chute._loader.grain_state import loader_from_grain, loader_to_grain
 
 
@@ -67,7 +68,7 @@ def from_grain_state(iterator: Any, state: Any) -> Any:
     if isinstance(iterator, data_loader.DataLoaderIterator):
         saved = json.loads(state)
         loader = iterator._loader
-        allowed = getattr(iterator, "_allow_pipeline_change", False)
+        allowed = isinstance(iterator, AllowsPipelineChange) and iterator._allow_pipeline_change
         chute = loader_from_grain(loader, saved, check=not allowed)
         chute.update(  # checked above against Grain's description of them
             version=data_loader.STATE_VERSION,
