@@ -216,6 +216,20 @@ def test_restores_exactly_at_every_step(workers: int) -> None:
     grain.experimental.assert_equal_output_after_checkpoint(loader, max_steps=None)
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_loader_iterator_restores_through_one_worker_pool(workers: int) -> None:
+    from chute._execution.pool import WorkerPool
+
+    with iter(grain.load(SOURCE, num_epochs=1, batch_size=2, worker_count=workers)) as it:
+        pool = it._workers
+        assert isinstance(pool, WorkerPool)
+        next(it)
+        state = it.get_state()
+        rest = _drain(it)
+        it.set_state(state)
+        assert it._workers is pool and _drain(it) == rest
+
+
 def test_state_is_small_versioned_json() -> None:
     it = iter(grain.load(SOURCE, shuffle=True, seed=0, batch_size=2, worker_count=2))
     next(it)

@@ -18,6 +18,7 @@ elements or a worker stopped part way through a batch.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
@@ -26,16 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from chute._core import metrics
 from chute._core.config import config
 from chute._core.errors import CheckpointError, add_note, closed_error
-from chute._core.nesting import inner_iterators
 from chute._core.options import RayExecutor, ReadOptions
 from chute._core.sharding import NoSharding, ShardOptions
 from chute._core.transforms import TRANSFORM_TYPES, Batch, FlatMap, Map, MapWithIndex, RandomMap
 from chute._core.validate import check_int
 from chute._execution import launch, processes, worker_seeds
-from chute._execution.round_robin import RoundRobinIterator
+from chute._execution.pool import PoolSpec, WorkerPool
 from chute._loader.grain_state import is_grain_loader_state, loader_from_grain
 from chute._loader.loader_state_check import check_loader_state
 from chute._loader.none_records import unbox
@@ -43,7 +42,7 @@ from chute._loader.pack_and_batch import PackAndBatchOperation
 from chute._loader.pipeline import stacked_by, worker_dataset
 from chute._loader.samplers import IndexSampler
 from chute._stages.source_dataset import SourceMapDataset, start_downloads
-from chute._stages.streams import Stream, positions_of, relayout
+from chute._stages.streams import Stream, positions_of
 from chute._stats import instrument
 from chute._stats.collector import LoaderCollector
 from chute._stats.records import StageRecord
@@ -310,63 +309,48 @@ class DataLoaderIterator:
         self._closed = False
         self._lock = threading.RLock()
         loader._epochs += 1
-        self._base_seed = worker_seeds.base_seed(loader._seed, loader._epochs)
         self._tracked = bool(config.py_debug_mode)
-        if loader._worker_count and loader._executor is None:  # worker processes of this host
-            start_downloads(loader._source)
-        self._start(Stream((), 0, loader._length()), max(1, loader._worker_count))
-        metrics.add_buffer(self)
+        spec = PoolSpec(
+            share=self._worker_dataset,
+            executor=loader._executor,
+            buffer_size=loader._buffer_size,
+            base_seed=worker_seeds.base_seed(loader._seed, loader._epochs),
+            stack_batches=stacked_by,
+            inline=None
+            if loader._worker_count
+            else functools.partial(_iterate, tracked=self._tracked),
+            head_start=functools.partial(start_downloads, loader._source),
+        )
+        self._workers = WorkerPool(spec, max(1, loader._worker_count), self._everything())
         if self._tracked:  # statistics: the workers time their pipelines, and this times next()
             name = f"DataLoader({loader._worker_count} workers)"
-            self._chute_stats = LoaderCollector(lambda: self._workers._parents, name)
+            self._chute_stats = LoaderCollector(lambda: self._workers.workers, name)
             instrument.time_iterator(self, StageRecord(), any_class=True)
             self._chute_stats.watch(self)
 
-    def _start(self, stream: Stream, workers: int, saved: dict[str, Any] | None = None) -> None:
-        """Starts ``workers`` workers over ``stream`` (inline, or in processes), maybe restored."""
+    def _worker_dataset(self, w: int, workers: int, stream: Stream | None) -> Any:
+        """Worker ``w`` of ``workers``: its positions of ``stream``, read and transformed."""
         loader = self._loader
-        self._stream = stream
-        datasets = [
-            worker_dataset(
-                stream,
-                w,
-                workers,
-                loader._sampler,
-                loader._source,
-                loader._operations,
-                loader._read_options,
-                loader._seed,
-                loader._shard,
-            )
-            for w in range(workers)
-        ]
-        states = saved["workers"] if saved is not None else [None] * workers
-        if self._tracked and loader._worker_count:
-            datasets = [instrument.marked(ds) for ds in datasets]
-        if loader._worker_count:
-            iterators: list[Any] = [
-                launch.worker(
-                    loader._executor,
-                    ds,
-                    index=w,
-                    count=workers,
-                    buffer_size=loader._buffer_size,
-                    state=s,
-                    seed=worker_seeds.worker_seed(self._base_seed, w),
-                    stack_batches=stacked_by,
-                )
-                for w, (ds, s) in enumerate(zip(datasets, states))
-            ]
-        else:
-            with inner_iterators():  # the loader's state describes them; theirs need no fingerprint
-                iterators = [_iterate(ds, self._tracked) for ds in datasets]
-            for it, s in zip(iterators, states):
-                if s is not None:
-                    it.set_state(s)
-        self._workers = RoundRobinIterator(iterators)
-        if saved is not None:
-            self._workers._turn = int(saved["turn"])
-            self._workers._exhausted = [bool(x) for x in saved["exhausted"]]
+        ds = worker_dataset(
+            stream or self._everything(),
+            w,
+            workers,
+            loader._sampler,
+            loader._source,
+            loader._operations,
+            loader._read_options,
+            loader._seed,
+            loader._shard,
+        )
+        return instrument.marked(ds) if self._tracked and loader._worker_count else ds
+
+    def _everything(self) -> Stream:
+        """All the positions this loader reads, in order: the stream its workers start on."""
+        return Stream((), 0, self._loader._length())
+
+    def _stream(self) -> Stream:
+        """The positions the workers share now (the pool of a loader always has a stream)."""
+        return self._workers.stream or self._everything()
 
     def __iter__(self) -> DataLoaderIterator:
         return self
@@ -379,8 +363,7 @@ class DataLoaderIterator:
 
     def _buffer_fill(self) -> tuple[int, int]:
         """Workers with an element ready, and the workers (read by the statistics only)."""
-        workers = self._workers._parents
-        return sum(getattr(w, "ready", bool)() for w in workers), len(workers)
+        return self._workers.buffer_fill()
 
     def start_prefetch(self) -> None:
         """Starts reading ahead now; worker processes are already started with the iterator."""
@@ -401,13 +384,13 @@ class DataLoaderIterator:
 
     def _get_state(self) -> bytes:
         workers = self._workers.get_state()
-        states = workers["workers"]
+        states, stream = workers["workers"], self._stream()
         state = {
             "version": STATE_VERSION,
             "worker_count": len(states),
             "turn": workers["turn"],
             "exhausted": workers["exhausted"],
-            "stream": {"pending": list(self._stream.pending), "tail": self._stream.tail},
+            "stream": {"pending": list(stream.pending), "tail": stream.tail},
             "positions": positions_of(states),
             "workers": states,
             "sampler": repr(self._loader._sampler),
@@ -465,11 +448,11 @@ class DataLoaderIterator:
             tuple(saved["stream"]["pending"]), int(saved["stream"]["tail"]), self._loader._length()
         )
         workers = max(1, self._loader._worker_count)
-        self._workers.close()
-        if saved["worker_count"] == workers:
-            self._start(stream, workers, saved)
+        if saved["worker_count"] == workers:  # new workers at the saved states
+            turn, exhausted = saved["turn"], saved["exhausted"]
+            self._workers.restore(stream, saved["workers"], turn, exhausted, in_place=False)
         else:
-            self._start(relayout(stream, saved["worker_count"], saved["positions"]), workers)
+            self._workers.redeal(stream, saved["worker_count"], saved["positions"], workers)
 
     def _parse(self, state: bytes | str) -> dict[str, Any]:
         try:
