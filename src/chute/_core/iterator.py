@@ -37,7 +37,9 @@ STATE_VERSION = 1
 
 
 def _as_tuple(parents: Any) -> tuple[Any, ...]:
-    if not isinstance(parents, (list, tuple)) and isinstance(parents, HasParents):
+    if isinstance(parents, (list, tuple)):
+        return tuple(parents)
+    if isinstance(parents, (DatasetIterator, HasParents)):  # one parent; a DatasetIterator: fast
         return (parents,)
     return tuple(parents)
 

@@ -23,6 +23,8 @@ class PullLog:
 
     def __init__(self, parent: DatasetIterator[Any], stage: str) -> None:
         self._parent, self._stage = parent, stage
+        # Asked once: an isinstance check against a Protocol costs microseconds, a batch's worth.
+        self._many = parent._next_many if isinstance(parent, ReadsMany) else None
         self.clear()
 
     def clear(self) -> None:
@@ -37,8 +39,7 @@ class PullLog:
         A user error from the parent propagates; the items stay, and the next
         call carries on after the failed pull.
         """
-        parent, items = self._parent, self.items
-        many = parent._next_many if isinstance(parent, ReadsMany) else None
+        parent, items, many = self._parent, self.items, self._many
         while len(items) < size:
             if not self.pulls:
                 self._start = parent.get_state()
