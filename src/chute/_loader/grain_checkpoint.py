@@ -73,7 +73,7 @@ def from_grain_state(iterator: Any, state: Any) -> Any:
         chute.update(  # checked above against Grain's description of them
             version=data_loader.STATE_VERSION,
             sampler=repr(loader._sampler),
-            data_source=data_loader._describe_source(loader._data_source),
+            data_source=data_loader.describe_source(loader._data_source),
             shard_options=loader._describe_shard(),
         )
         return json.dumps(chute).encode()
