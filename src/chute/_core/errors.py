@@ -100,7 +100,17 @@ class CredentialsNotFoundError(ObjectStoreError, PermissionError):
 
 
 class WorkerDiedError(ChuteError, RuntimeError):
-    """A worker process ended without being asked to (killed, out of memory, crashed)."""
+    """A worker process ended without being asked to (killed, out of memory, crashed).
+
+    Attributes:
+        why: How a Ray worker died, in a few words (empty for a local worker: the
+            message says it with the exit code).
+        worker_exception: For a worker that could not start, the error that stopped
+            it (None for a worker that died while it ran).
+    """
+
+    why: str = ""
+    worker_exception: BaseException | None = None
 
 
 @dataclasses.dataclass(frozen=True)

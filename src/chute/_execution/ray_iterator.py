@@ -253,7 +253,7 @@ class RayWorkerIterator(Worker):
             f"chute Ray worker {self._index} of {self._count} on {self.node} died ({why}). "
             "Restore the last state to go on."
         )
-        error.why = why  # type: ignore[attr-defined]
+        error.why = why
         return error
 
     def _cluster_closed(self) -> WorkerDiedError:
@@ -286,7 +286,7 @@ class RayWorkerIterator(Worker):
     def _may_restart(self, exc: WorkerDiedError) -> bool:
         if self._closed or self._stopping:  # closed by another thread while this waited
             raise closed_error("RayWorkerIterator") from None
-        could_not_start = hasattr(exc, "worker_exception")  # it would fail again
+        could_not_start = exc.worker_exception is not None  # it would fail again
         return not could_not_start and super()._may_restart(exc) and not self._cluster_gone()
 
     def _restart_report(self, exc: WorkerDiedError) -> tuple[str, str]:
@@ -294,7 +294,7 @@ class RayWorkerIterator(Worker):
         if self.node == "?":
             self.node = _node_of_actor(self._ray, self._actor)
         who = f"Ray worker {self._index} of {self._count} on {self.node}"
-        return who, getattr(exc, "why", str(exc))
+        return who, exc.why or str(exc)
 
     def _first_state(self) -> dict[str, Any]:
         self._wait_started()

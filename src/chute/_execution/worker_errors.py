@@ -131,7 +131,7 @@ def could_not_start(
     )
     for note in getattr(exc, "__notes__", []):
         add_note(error, note)
-    error.worker_exception = exc  # type: ignore[attr-defined]
+    error.worker_exception = exc
     return error
 
 
