@@ -19,6 +19,7 @@ from chute._remote.ranged_source import LocalRanges, RangedByteSource
 from chute._sources._highway_hash_many import highway_hash64_many
 from chute._sources.array_record.chunk_cache import chunk_cost
 from chute._sources.array_record.format import BLOCK_SIZE, ArrayRecordFormatError
+from chute._sources.array_record.open_shards import OpenShards
 from chute._sources.array_record.ranged import RangedArrayRecordReader
 
 pytest.importorskip("cramjam")
@@ -84,6 +85,20 @@ def test_source_protocol_is_met_by_local_ranges(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="outside the file"):
         source.read_ranges([(4, 10)])
     assert pickle.loads(pickle.dumps(source)).read_ranges([(1, 1)]) == [b"b"]
+
+
+def test_the_reader_counts_its_sources_retries_and_none_for_a_local_file(tmp_path: Path) -> None:
+    path = _write(tmp_path / "r.array_record", "uncompressed", [b"a", b"b"])
+
+    class Retrying(LocalRanges):
+        retries = 3  # a bucket source's count of requests it retried
+
+    assert RangedArrayRecordReader(Retrying(path)).retries == 3
+    assert RangedArrayRecordReader(LocalRanges(path)).retries == 0
+    shards = OpenShards(limit=2)  # what an indexed source counts: its open shards' retries
+    shards.add(0, RangedArrayRecordReader(Retrying(path)))
+    shards.add(1, RangedArrayRecordReader(LocalRanges(path)))
+    assert shards.retries() == 3
 
 
 @pytest.mark.parametrize("options", [f"{c},{g}".strip(",") for c in COMPRESSIONS for g in GROUPS])

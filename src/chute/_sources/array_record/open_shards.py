@@ -26,8 +26,7 @@ def close_reader(reader: Any) -> None:
 
 def _retries(reader: Any) -> int:
     """Requests a shard's reader retried so far (a cached copy's: none)."""
-    source = getattr(reader, "_source", reader)
-    return int(getattr(source, "retries", 0) or 0)
+    return int(getattr(reader, "retries", 0) or 0)
 
 
 class OpenShards:

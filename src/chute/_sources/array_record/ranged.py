@@ -210,6 +210,11 @@ class RangedArrayRecordReader:
         return self._footer.writer_options
 
     @property
+    def retries(self) -> int:
+        """Requests its source retried so far (0 where the source keeps no count: a local file)."""
+        return int(getattr(self._source, "retries", 0) or 0)
+
+    @property
     def cached_bytes(self) -> int:
         """Bytes of decoded chunks held in the cache now (above ``cache_bytes`` only by
         the chunk the last read ended in)."""
