@@ -47,6 +47,11 @@ class Worker(DatasetIterator[Any]):
         self._launched_with: dict[str, Any] | None = None  # where the worker last started
         self._ended = False
 
+    @property
+    def stats(self) -> dict[str, Any] | None:
+        """The statistics the worker last sent (None when its pipeline keeps none)."""
+        return self._stats
+
     # -- what a kind of worker provides ----------------------------------------------
 
     @abc.abstractmethod

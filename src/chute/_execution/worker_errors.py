@@ -37,6 +37,7 @@ from typing import Any
 import cloudpickle
 
 from chute._core.errors import WorkerDiedError, add_note
+from chute._core.pipeline_walk import parents_of
 
 FULL_ENV = "CHUTE_FULL_TRACEBACKS"
 
@@ -248,6 +249,6 @@ def _first_label(ds: Any) -> str:
     while ds is not None:
         if getattr(ds, "_label", ""):
             return str(ds._label)
-        parents: Any = getattr(ds, "_parents", ())
+        parents = parents_of(ds)
         ds = parents[0] if len(parents) == 1 else None
     return ""

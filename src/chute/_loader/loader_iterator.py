@@ -68,6 +68,10 @@ class DataLoaderIterator:
         loader: The DataLoader to read; ``iter(loader)`` builds this for you.
     """
 
+    #: Set by ``chute.checkpoint.allow_pipeline_change()``: take a state saved by a changed
+    #: pipeline.
+    _allow_pipeline_change: bool = False
+
     def __init__(self, loader: DataLoader) -> None:
         self._loader = loader
         self._closed = False
@@ -225,7 +229,7 @@ class DataLoaderIterator:
             raise CheckpointError(
                 f"DataLoaderIterator.set_state() takes the bytes returned by get_state() ({exc})."
             ) from None
-        allowed = getattr(self, "_allow_pipeline_change", False)
+        allowed = self._allow_pipeline_change
         if is_grain_loader_state(saved):  # saved by Grain's DataLoader
             try:
                 return loader_from_grain(self._loader, saved, check=not allowed)

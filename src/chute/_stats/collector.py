@@ -153,7 +153,7 @@ class Collector:
         iterator = ref() if ref is not None else None
         if iterator is None:
             return []
-        return [w._stats for w in parents_of(iterator) if _reports_of(w)]
+        return [w.stats for w in parents_of(iterator) if _reports_of(w)]
 
     def ray_workers(self) -> list[tuple[str, float]]:
         """The node and the seconds spent moving elements of each Ray worker (none local)."""
@@ -174,7 +174,7 @@ class Collector:
 
 def _reports_of(worker: Any) -> bool:
     """Whether ``worker`` is a worker of a pool whose figures have come (statistics on)."""
-    return isinstance(worker, Worker) and worker._stats is not None
+    return isinstance(worker, Worker) and worker.stats is not None
 
 
 def merged_rows(reports: list[dict[str, Any]], where: str, out: list[Row]) -> int | None:
@@ -232,7 +232,7 @@ class LoaderCollector:
         in_process = False
         for worker in self._workers():
             if _reports_of(worker):
-                reports.append(worker._stats)
+                reports.append(worker.stats)
             elif isinstance(worker, CollectsStatistics) and worker._chute_stats is not None:
                 in_process = True
                 reports.append(worker._chute_stats.report())
