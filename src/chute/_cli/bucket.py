@@ -9,9 +9,6 @@ kept failing after its retries.
 
 >>> is_bucket_url("s3://data/train"), is_bucket_url("data/train")
 (True, False)
->>> shard_sets_in("s3://b/out", ["s3://b/out-00001-of-00002.array_record",
-...     "s3://b/out-00000-of-00002.array_record", "s3://b/out.manifest.json"])
-{2: ['s3://b/out-00000-of-00002.array_record', 's3://b/out-00001-of-00002.array_record']}
 """
 
 from __future__ import annotations
@@ -26,6 +23,7 @@ from chute._core.errors import CredentialsNotFoundError
 from chute._remote import credentials
 from chute._remote.retry import RetryBudgetExceeded, is_transient, status_of
 from chute._remote.urls import REMOTE_SCHEMES, is_remote_url, split_url, url_scheme
+from chute._sources.array_record.paths import shard_sets_in
 
 __all__ = [
     "bucket_error",
@@ -40,7 +38,6 @@ __all__ = [
 
 WRITABLE = ("s3", "gs", "az", "abfs")
 _SPEC = re.compile(r"(.+)@(\d+)")  # PREFIX@N, as ArrayRecordDataSource takes
-_SHARD_NAME = re.compile(r"-(\d{5})-of-(\d{5})(?:\.array_record)?")
 _CREDENTIALS = {
     "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN, AWS_REGION)",
     "gs": "GOOGLE_APPLICATION_CREDENTIALS",
@@ -148,16 +145,6 @@ def listed(prefix: str) -> list[str]:
         return list_prefix(prefix)
     except Exception as exc:
         raise bucket_error(prefix, exc, "listing the bucket") from None
-
-
-def shard_sets_in(prefix: str, urls: list[str]) -> dict[int, list[str]]:
-    """The shards ``prefix-IIIII-of-NNNNN[.array_record]`` among ``urls``, by shard count."""
-    sets: dict[int, list[str]] = {}
-    for url in urls:
-        match = _SHARD_NAME.fullmatch(url[len(prefix) :]) if url.startswith(prefix) else None
-        if match:
-            sets.setdefault(int(match[2]), []).append(url)
-    return {count: sorted(files) for count, files in sorted(sets.items())}
 
 
 def read_json(url: str) -> dict[str, Any] | None:

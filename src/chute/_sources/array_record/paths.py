@@ -36,7 +36,7 @@ from typing import Any
 
 from chute._remote.urls import is_remote_url
 
-__all__ = ["bucket_files", "expand", "shard_sets", "shard_sets_text", "url_for"]
+__all__ = ["bucket_files", "expand", "shard_sets", "shard_sets_in", "shard_sets_text", "url_for"]
 
 _WHAT = "ArrayRecordDataSource"
 _SUFFIX = ".array_record"
@@ -166,17 +166,28 @@ def _is_object_name(url: str) -> bool:
     return name.endswith(_SUFFIX) or bool(re.search(r"-\d{5}-of-\d{5}$", name))
 
 
+def shard_sets_in(prefix: str, urls: list[str]) -> dict[int, list[str]]:
+    """The shards ``prefix-IIIII-of-NNNNN[.array_record]`` among ``urls``, by shard count,
+    each list sorted (``shard_sets`` for names a listing of a bucket returned).
+
+    >>> shard_sets_in("s3://b/out", ["s3://b/out-00001-of-00002.array_record",
+    ...     "s3://b/out-00000-of-00002.array_record", "s3://b/out.manifest.json"])
+    {2: ['s3://b/out-00000-of-00002.array_record', 's3://b/out-00001-of-00002.array_record']}
+    """
+    sets: dict[int, list[str]] = {}
+    for url in urls:
+        match = _SHARD_NAME.fullmatch(url[len(prefix) :]) if url.startswith(prefix) else None
+        if match:
+            sets.setdefault(int(match[2]), []).append(url)
+    return {count: sorted(files) for count, files in sorted(sets.items())}
+
+
 def _listed_sets(prefix: str, filesystem: Any) -> tuple[list[str], dict[int, list[str]]]:
     """The URLs under ``prefix`` (a listing), and the shard sets among them by count."""
     from chute._remote import list_prefix
 
     urls = list_prefix(prefix, filesystem=filesystem)
-    sets: dict[int, list[str]] = {}
-    for url in urls:
-        match = _SHARD_NAME.fullmatch(url[len(prefix) :])
-        if match:
-            sets.setdefault(int(match[2]), []).append(url)
-    return urls, {count: sorted(files) for count, files in sorted(sets.items())}
+    return urls, shard_sets_in(prefix, urls)
 
 
 def _bucket_entry(url: str, filesystem: Any) -> list[str]:
