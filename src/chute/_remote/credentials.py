@@ -25,6 +25,7 @@ import os
 import re
 
 from chute._core.errors import CredentialsNotFoundError
+from chute._remote.obstore_errors import causes, rust_error
 
 # The paths of the metadata servers' credential requests: AWS IMDS (token, role),
 # GCE's service-account token, Azure's managed identity.
@@ -66,12 +67,6 @@ ENDPOINTS = {
 }
 
 
-def _rust_error(exc: BaseException) -> str:
-    if not type(exc).__module__.startswith("obstore"):
-        return ""
-    return str(exc).partition("\nDebug source:\n")[2]
-
-
 def _credential_store(text: str) -> str | None:
     """The store (``"S3"``, ``"GCS"``, ``"MicrosoftAzure"``) whose credential lookup
     failed for good in the Rust error ``text``, or ``None``."""
@@ -92,8 +87,8 @@ def _credential_store(text: str) -> str | None:
 def missing_credentials(exc: BaseException, what: str) -> CredentialsNotFoundError | None:
     """A ``CredentialsNotFoundError`` naming ``what`` (``"HEAD s3://b/k"``) if ``exc``,
     or an exception it was raised from, is a credential lookup that found none."""
-    for _ in range(8):
-        store = _credential_store(_rust_error(exc))
+    for failure in causes(exc):
+        store = _credential_store(rust_error(failure))
         if store is not None:
             scheme = _SCHEMES.get(store, "")
             hint = HINTS.get(scheme, "set the store's credentials in the environment")
@@ -102,25 +97,19 @@ def missing_credentials(exc: BaseException, what: str) -> CredentialsNotFoundErr
                     ", or pass filesystem=obstore.store.S3Store(bucket, credential_provider="
                     "obstore.auth.boto3.Boto3CredentialProvider())"
                 )
-            reason = str(exc).split("\n", 1)[0]
+            reason = str(failure).split("\n", 1)[0]
             return CredentialsNotFoundError(
                 f"{what}: no credentials found for {store} ({reason}); {hint}."
             )
-        if exc.__cause__ is None:
-            return None
-        exc = exc.__cause__
     return None
 
 
 def is_refused(exc: BaseException) -> bool:
     """Whether ``exc`` (or one it was raised from) is a connection the server refused."""
-    for _ in range(8):
-        if isinstance(exc, ConnectionRefusedError) or _REFUSED.search(_rust_error(exc)):
-            return True
-        if exc.__cause__ is None:
-            return False
-        exc = exc.__cause__
-    return False
+    return any(
+        isinstance(failure, ConnectionRefusedError) or _REFUSED.search(rust_error(failure))
+        for failure in causes(exc)
+    )
 
 
 def endpoint_hint(url: str) -> str:

@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 from chute._core.errors import ObjectStoreError
 from chute._remote import credentials
+from chute._remote.obstore_errors import causes, rust_error
 
 T = TypeVar("T")
 
@@ -112,7 +113,7 @@ def status_of(exc: BaseException) -> int | None:
         for value in _status_fields(holder):
             if isinstance(value, int) and not isinstance(value, bool) and 100 <= value < 600:
                 return value
-    found = _RUST_STATUS.search(_rust_error(exc))
+    found = _RUST_STATUS.search(rust_error(exc))
     return int(found.group(1)) if found else None
 
 
@@ -126,38 +127,29 @@ def _status_fields(holder: Any) -> Iterator[Any]:
 
 def http_kind(exc: BaseException) -> str | None:
     """The ``kind`` of the ``HttpError`` inside an obstore error (``"Timeout"``, ...)."""
-    found = _RUST_KIND.search(_rust_error(exc))
+    found = _RUST_KIND.search(rust_error(exc))
     return found.group(1) if found else None
 
 
 def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` is a failure that a retry may cure (see the module docstring)."""
-    for _ in range(8):  # the exception and the ones it was raised from
-        if isinstance(exc, (*_PERMANENT, RetryBudgetExceeded, *_loaded(_TRANSPORT_PERMANENT))):
+    for failure in causes(exc):  # the exception and the ones it was raised from
+        if isinstance(failure, (*_PERMANENT, RetryBudgetExceeded, *_loaded(_TRANSPORT_PERMANENT))):
             return False
-        status = status_of(exc)
+        status = status_of(failure)
         if status is not None:
             return status in TRANSIENT_STATUS
-        if isinstance(exc, (*_TRANSIENT, *_loaded(_TRANSPORT_ERRORS))):
+        if isinstance(failure, (*_TRANSIENT, *_loaded(_TRANSPORT_ERRORS))):
             return True
-        kind = http_kind(exc)
+        kind = http_kind(failure)
         if kind is not None:
             return kind in TRANSIENT_KINDS
-        if exc.__cause__ is None:
-            return False
-        exc = exc.__cause__
     return False
 
 
 def is_timeout(exc: BaseException) -> bool:
     """Whether ``exc`` is a request that got no answer in time."""
     return isinstance(exc, TimeoutError) or http_kind(exc) == "Timeout"
-
-
-def _rust_error(exc: BaseException) -> str:
-    if not type(exc).__module__.startswith("obstore"):
-        return ""
-    return str(exc).partition("\nDebug source:\n")[2]
 
 
 def _loaded(types: dict[str, tuple[str, ...]]) -> tuple[type[BaseException], ...]:
