@@ -41,6 +41,7 @@ from chute._stages.packing_fit import BestFitPackIterDataset, FirstFitPackIterDa
 from chute._stages.rebatch import RebatchIterDataset
 from chute._stages.repeat import RepeatIterDataset
 from chute._stages.thread_prefetch import ThreadPrefetchDatasetIterator, ThreadPrefetchIterDataset
+from chute._stages.virtual_shards import VirtualShardsIterDataset, merge_states, virtual_shards
 from chute._stages.window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
 from chute._stages.with_options import WithOptionsIterDataset
 from chute._stages.zip import ZipIterDataset, ZipMapDataset
@@ -83,6 +84,7 @@ __all__ = [
     "ThreadPrefetchIterDataset",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
+    "VirtualShardsIterDataset",
     "WithOptionsIterDataset",
     "ZipIterDataset",
     "ZipMapDataset",
@@ -95,12 +97,14 @@ __all__ = [
     "get_next_index",
     "index_shuffle",
     "make_global_batch",
+    "merge_states",
     "multithread_prefetch",
     "pick_performance_config",
     "set_next_index",
     "skip_errors",
     "to_torch",
     "to_torch_dataset",
+    "virtual_shards",
     "visualize",
     "write_array_record",
 ]

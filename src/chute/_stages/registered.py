@@ -22,12 +22,13 @@ from chute._stages.map import (
 )
 from chute._stages.mix import ConcatenateMapDataset, MixedMapDataset, SelectionMapDataset
 from chute._stages.mix_iter import MixedIterDataset
-from chute._stages.mp_prefetch import mp_prefetch, prefetch
+from chute._stages.mp_prefetch import prefetch
 from chute._stages.prefetch import PrefetchIterDataset
 from chute._stages.repeat import RepeatMapDataset
 from chute._stages.shuffle import ShuffleMapDataset
 from chute._stages.slice import SliceMapDataset
 from chute._stages.source_dataset import RangeMapDataset, SourceMapDataset
+from chute._stages.virtual_shards import mp_prefetch
 
 __all__ = [
     "BatchIterDataset",

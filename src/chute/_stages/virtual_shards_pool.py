@@ -1,0 +1,103 @@
+"""A host's virtual shards in worker processes or Ray actors, read in the fixed order.
+
+Worker ``i`` of ``W`` runs the host's shards at places ``i, i + W, ...`` of
+its list (``ShardsIterator`` in report-dry mode) and the parent asks the
+owner of each shard in turn, so every worker is asked for its own shards in
+the order it reads them; a worker's ``ShardRanDry`` tells the parent a shard
+ended.  The workers are ``Worker``s (``launch.worker``): local processes or
+Ray actors, with their restarts and their states after the last element
+delivered, which this iterator's state gathers per shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from chute._core.errors import IteratorClosedError, WorkerDiedError
+from chute._execution import launch, worker_seeds
+from chute._execution.worker import Worker
+from chute._stages.batch import leaves_stacked_by
+from chute._stages.virtual_shards_iter import ShardRanDry, WorkerShards, _ShardTurns, split_state
+
+if TYPE_CHECKING:
+    from chute._stages.virtual_shards import VirtualShardsIterDataset
+
+__all__ = ["PooledShardsIterator"]
+
+
+class PooledShardsIterator(_ShardTurns):
+    """Shards ``ids`` of ``ds`` run by ``count`` workers (at most one per shard)."""
+
+    def __init__(self, ds: VirtualShardsIterDataset, ids: Sequence[int], count: int) -> None:
+        count = max(1, min(count, len(ids)))
+        base = ds._next_base_seed()
+        self._dealt = [list(ids[i::count]) for i in range(count)]
+        workers = [
+            launch.worker(
+                ds._executor,
+                WorkerShards({v: ds._shards[v] for v in mine}, ds.num_shards),
+                index=i,
+                count=count,
+                buffer_size=ds._options.per_worker_buffer_size,
+                seed=worker_seeds.worker_seed(base, i),
+                worker_init_fn=ds._init_fn,
+                restart=ds._options.restart_workers,
+                stack_batches=leaves_stacked_by,
+            )
+            for i, mine in enumerate(self._dealt)
+        ]
+        super().__init__({v: ds._shards[v] for v in ids}, ds.num_shards, workers)
+        self._owner = [k % count for k in range(len(self._ids))]
+
+    @property
+    def workers(self) -> tuple[Any, ...]:
+        """The workers, each running the shards dealt to it."""
+        return tuple(self._parents)
+
+    def __next__(self) -> Any:
+        for _ in range(len(self._ids)):
+            k = self._k
+            if self._dry[k]:
+                self._advance()
+                continue
+            try:
+                element = next(self._parents[self._owner[k]])
+            except StopIteration:  # a worker ends after telling of each of its shards
+                element = ShardRanDry(self._ids[k])
+            except (WorkerDiedError, IteratorClosedError):
+                raise  # the turn stays: a restore goes on there
+            except Exception:  # the worker noted the shard; the element took its turn
+                self._taken[k] += 1
+                self._advance()
+                raise
+            if isinstance(element, ShardRanDry):
+                self._dry[k] = True
+                self._advance()
+                continue
+            self._last = (self._ids[k], self._taken[k])
+            self._taken[k] += 1
+            self._advance()
+            return element
+        raise StopIteration
+
+    def _parts(self) -> list[Any]:
+        by_shard: dict[int, Any] = {}
+        for worker in self._parents:
+            for v, part in enumerate(worker.get_state()["shards"]):
+                if part is not None:
+                    by_shard[v] = part["state"]
+        return [by_shard[v] for v in self._ids]
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        state = self._check_state(state, "num_shards", "shards")
+        self._apply_positions(state)
+        for worker, mine in zip(self._parents, self._dealt):
+            worker.set_state(split_state(state, mine))
+
+    def close(self) -> None:
+        """Tells every worker to stop, then waits for each."""
+        for worker in self._parents:
+            if isinstance(worker, Worker):
+                worker.begin_stop()
+        super().close()
