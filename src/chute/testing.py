@@ -1,0 +1,312 @@
+"""Checks users run on their own pipelines: does a checkpoint resume exactly?
+
+``assert_resumes_exactly`` runs a pipeline once without a break, then again
+stopped and resumed several times at random points, each part on a topology
+drawn at random (hosts, workers, local or Ray), and raises naming the first
+element that differs.  Resume bugs show up most at the second resume or with
+workers, so one save-and-restore is not enough.
+
+Each host of a part runs in a process of its own (forked when that is safe,
+else from chute's fork server), as the hosts of a training job do; the
+hosts' states are merged (``chute.experimental.merge_states``) and the next
+part's hosts restore from the merge.  Hosts whose workers are Ray actors run
+in this process, one after another, since a Ray driver does not survive a
+fork; their workers are real Ray actors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from chute._core.dataset import IterDataset, MapDataset
+from chute._core.options import MultiprocessingOptions, RayExecutor
+from chute._core.pipeline_walk import pipeline_nodes
+from chute._core.sharding import ShardOptions
+from chute._execution import processes
+from chute._stages.virtual_shards import (
+    VirtualShardsIterDataset,
+    find_virtual_shards,
+    merge_states,
+    with_workers_in,
+)
+from chute._stages.virtual_shards_iter import _ShardTurns
+
+__all__ = ["ResumeReport", "Topology", "assert_resumes_exactly"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """Where a pipeline runs: ``hosts`` processes, each with ``workers`` workers
+    (0: in the host itself), local processes or, with ``executor``, Ray actors."""
+
+    hosts: int = 1
+    workers: int = 0
+    executor: RayExecutor | None = None
+
+    def __post_init__(self) -> None:
+        for name, low in (("hosts", 1), ("workers", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"Topology: {name} must be an int >= {low} (got {value!r}).")
+
+    def __str__(self) -> str:
+        where = " on Ray" if self.executor is not None else ""
+        return f"{self.hosts} host(s) x {self.workers} worker(s){where}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumeReport:
+    """What ``assert_resumes_exactly`` ran: the elements compared and each part's
+    topology and length (``(str(topology), elements)``)."""
+
+    elements: int
+    parts: tuple[tuple[str, int], ...]
+
+
+def assert_resumes_exactly(
+    make_pipeline: Callable[[], Any],
+    *,
+    topologies: list[Topology] | None = None,
+    resumes: int = 5,
+    elements: int | None = None,
+    seed: int = 0,
+) -> ResumeReport:
+    """Checks that ``make_pipeline()`` resumes exactly, ``resumes`` times, on ``topologies``.
+
+    The pipeline runs once in this process without a break (on one host,
+    without workers), then in ``resumes + 1`` parts: each part runs on a
+    topology drawn from ``topologies`` for a random number of steps, saves
+    every host's state, and the next part restores from their merge.  All the
+    parts' elements together must be the uninterrupted run, element for
+    element in its order (a virtual-shards pipeline's hosts are put back in
+    the global order by where each element came from).
+
+    Args:
+      make_pipeline: Builds the pipeline (an ``IterDataset`` or ``MapDataset``).
+        To move between topologies it must hold ``virtual_shards``; without
+        it, ``topologies`` must be None and every part runs the pipeline as built.
+      topologies: Where the parts may run (None: one host, no workers).
+      resumes: How many times the run stops and resumes (at least 1).
+      elements: How many elements to compare; required for an endless pipeline.
+      seed: Seeds the draw of the stopping points and topologies.
+
+    Returns:
+      A ``ResumeReport`` of what was compared.
+
+    Raises:
+      AssertionError: an element differs, is lost or repeated; the message
+        names the first, the part and topology it came from.
+      ValueError: a topology the pipeline cannot take.
+    """
+    if isinstance(resumes, bool) or not isinstance(resumes, int) or resumes < 1:
+        raise ValueError(f"assert_resumes_exactly: resumes must be an int >= 1 (got {resumes!r}).")
+    built = _iter_dataset(make_pipeline())
+    sharded = find_virtual_shards(built) is not None
+    if topologies is None:
+        topologies = [Topology()]
+    if not sharded and any(t != Topology() for t in topologies):
+        raise ValueError(
+            "assert_resumes_exactly: only a pipeline with chute.experimental.virtual_shards "
+            "moves to other topologies; without it pass topologies=None."
+        )
+    expected = _uninterrupted(built, elements)
+    total, rng = len(expected), random.Random(seed)
+    got: list[Any] = []
+    parts: list[tuple[str, int]] = []
+    state: Any = None
+    for part in range(resumes + 1):
+        topology = rng.choice(topologies)
+        left, last = total - len(got), part == resumes
+        steps = -(-left // topology.hosts) if last else _steps(rng, left, resumes - part, topology)
+        outputs, states = _run_part(make_pipeline, topology, state, steps)
+        merged = _in_order(outputs) if sharded else outputs[0][0]
+        state = merge_states(states) if sharded else states[0]
+        start = len(got)
+        got.extend(merged)
+        parts.append((str(topology), len(merged)))
+        _compare(expected, got, start, part, topology, state)
+        if len(got) >= total:
+            break
+    if len(got) < total:
+        raise AssertionError(
+            f"the resumed run ended after {len(got)} elements; the uninterrupted run has {total}."
+        )
+    return ResumeReport(total, tuple(parts))
+
+
+def _iter_dataset(ds: Any) -> IterDataset[Any]:
+    if isinstance(ds, MapDataset):
+        return ds.to_iter_dataset()
+    if not isinstance(ds, IterDataset):
+        raise TypeError(
+            "assert_resumes_exactly: make_pipeline() must return a chute IterDataset or "
+            f"MapDataset (got {type(ds).__name__})."
+        )
+    return ds
+
+
+def _uninterrupted(ds: IterDataset[Any], elements: int | None) -> list[tuple[Any, Any]]:
+    """``(origin, element)`` of the run on one host without workers."""
+    ds = _placed(ds, Topology(), 0)
+    out: list[tuple[Any, Any]] = []
+    with iter(ds) as it:
+        turns = _turns_of(it)
+        for element in it:
+            out.append((None if turns is None else turns.last_origin, element))
+            if elements is not None and len(out) >= elements:
+                break
+    return out
+
+
+def _steps(rng: random.Random, left: int, parts_left: int, topology: Topology) -> int:
+    """A random part length in steps: around an even share of what is left."""
+    share = max(1, 2 * left // ((parts_left + 1) * topology.hosts))
+    return rng.randint(1, share)
+
+
+def _placed(ds: IterDataset[Any], topology: Topology, host: int) -> IterDataset[Any]:
+    """``ds`` on host ``host`` of ``topology``."""
+    vs = find_virtual_shards(ds)
+    if vs is None:
+        return ds
+    hosted = vs.on_host(ShardOptions(host, topology.hosts))
+    ds = _replaced(ds, vs, hosted)
+    options = MultiprocessingOptions(num_workers=topology.workers)
+    return with_workers_in(ds, options, None, topology.executor)
+
+
+def _replaced(ds: Any, old: VirtualShardsIterDataset, new: VirtualShardsIterDataset) -> Any:
+    if ds is old:
+        return new
+    return ds.with_parents(*[_replaced(p, old, new) for p in ds._parents])
+
+
+def _turns_of(it: Any) -> _ShardTurns | None:
+    return next((n for n in pipeline_nodes(it) if isinstance(n, _ShardTurns)), None)
+
+
+def _host_part(make_pipeline: Any, topology: Topology, host: int, state: Any, steps: int) -> Any:
+    """One host's part: ``(origin, element)`` pairs and its state at the end."""
+    ds = _placed(_iter_dataset(make_pipeline()), topology, host)
+    out: list[tuple[Any, Any]] = []
+    with iter(ds) as it:
+        if state is not None:
+            it.set_state(state)
+        turns = _turns_of(it)
+        for _ in range(steps):
+            try:
+                element = next(it)
+            except StopIteration:
+                break
+            out.append((None if turns is None else turns.last_origin, element))
+        return out, it.get_state()
+
+
+def _in_child(conn: Any, pickled: bytes, topology: Topology, host: int, state: Any, steps: int):
+    import cloudpickle
+
+    try:
+        conn.send(("ok", _host_part(cloudpickle.loads(pickled), topology, host, state, steps)))
+    except BaseException as exc:  # sent to the parent, which raises it
+        import traceback
+
+        conn.send(("error", f"{exc!r}\n{traceback.format_exc()}"))
+    finally:
+        conn.close()
+
+
+def _run_part(make_pipeline: Any, topology: Topology, state: Any, steps: int) -> tuple[list, list]:
+    """Every host's part: in processes of their own, or here when the workers are Ray's."""
+    if topology.executor is not None:
+        results = [
+            _host_part(make_pipeline, topology, h, state, steps) for h in range(topology.hosts)
+        ]
+    else:
+        results = _in_processes(make_pipeline, topology, state, steps)
+    return [r[0] for r in results], [r[1] for r in results]
+
+
+def _in_processes(make_pipeline: Any, topology: Topology, state: Any, steps: int) -> list[Any]:
+    method = processes.start_method()
+    ctx = processes.context() if method == "forkserver" else _fork_context()
+    pickled = processes.dumps(make_pipeline)
+    started = []
+    for host in range(topology.hosts):
+        receive, send = ctx.Pipe(duplex=False)
+        process = ctx.Process(
+            target=_in_child, args=(send, pickled, topology, host, state, steps), daemon=False
+        )
+        process.start()
+        send.close()
+        started.append((receive, process))
+    results = []
+    for host, (receive, process) in enumerate(started):
+        try:
+            kind, value = receive.recv()
+        except EOFError:
+            kind, value = "error", f"the host process died (exit code {process.exitcode})"
+        process.join()
+        if kind == "error":
+            raise AssertionError(f"host {host} of {topology} failed: {value}")
+        results.append(value)
+    return results
+
+
+def _fork_context() -> Any:
+    import multiprocessing
+
+    return multiprocessing.get_context("fork")
+
+
+def _in_order(outputs: list[list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
+    """The hosts' elements in the global order: by ``(n, shard)`` of their origins."""
+    merged = [pair for host in outputs for pair in host]
+    merged.sort(key=lambda pair: (pair[0][1], pair[0][0]))
+    return merged
+
+
+def _compare(
+    expected: list[tuple[Any, Any]],
+    got: list[tuple[Any, Any]],
+    start: int,
+    part: int,
+    topology: Topology,
+    state: Any,
+) -> None:
+    for i in range(start, len(got)):
+        if i >= len(expected):
+            raise AssertionError(
+                f"part {part} on {topology} yielded element {i} (from {got[i][0]}), past the "
+                f"end of the uninterrupted run ({len(expected)} elements): repeated data."
+            )
+        (want_at, want), (got_at, have) = expected[i], got[i]
+        if want_at != got_at or not _same(want, have):
+            where = (
+                "" if got_at is None else f" (virtual shard {got_at[0]}, its element {got_at[1]})"
+            )
+            should = (
+                ""
+                if want_at is None
+                else f" (virtual shard {want_at[0]}, its element {want_at[1]})"
+            )
+            raise AssertionError(
+                f"element {i} differs after resume {part} on {topology}: got {have!r}{where}, "
+                f"the uninterrupted run has {want!r}{should}."
+            )
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two elements are equal, leaf by leaf (arrays by value, dtype and shape)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        x, y = np.asarray(a), np.asarray(b)
+        return x.dtype == y.dtype and x.shape == y.shape and bool(np.array_equal(x, y))
+    return bool(a == b)
