@@ -34,7 +34,7 @@ from chute._stages.virtual_shards import (
     merge_states,
     with_workers_in,
 )
-from chute._stages.virtual_shards_iter import _ShardTurns
+from chute._stages.virtual_shards_iter import ShardTurns
 
 __all__ = ["ResumeReport", "Topology", "assert_resumes_exactly"]
 
@@ -186,8 +186,8 @@ def _replaced(ds: Any, old: VirtualShardsIterDataset, new: VirtualShardsIterData
     return ds.with_parents(*[_replaced(p, old, new) for p in ds._parents])
 
 
-def _turns_of(it: Any) -> _ShardTurns | None:
-    return next((n for n in pipeline_nodes(it) if isinstance(n, _ShardTurns)), None)
+def _turns_of(it: Any) -> ShardTurns | None:
+    return next((n for n in pipeline_nodes(it) if isinstance(n, ShardTurns)), None)
 
 
 def _host_part(make_pipeline: Any, topology: Topology, host: int, state: Any, steps: int) -> Any:

@@ -25,11 +25,15 @@ import json
 import os
 import pathlib
 import tempfile
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from chute._core.errors import CheckpointError
 from chute._core.iterator import DatasetIterator
+from chute._core.pipeline_walk import pipeline_nodes
 from chute._loader.data_loader import DataLoaderIterator
+from chute._stages.virtual_shards import merge_states
+from chute._stages.virtual_shards_iter import ShardTurns
 
 It = TypeVar("It")
 
@@ -38,12 +42,65 @@ class MissingCheckpointFileError(FileNotFoundError, ValueError):
     """``CheckpointHandler.restore`` found no file: a ``ValueError`` as in Grain, and an OSError."""
 
 
-def process_file_name() -> str:
-    """This process's file name in a checkpoint directory, ``process_{i}-of-{n}.json``."""
+def process_file_name(iterator: Any = None) -> str:
+    """This process's file name in a checkpoint directory, ``process_{i}-of-{n}.json``.
+
+    For an iterator of a ``virtual_shards`` pipeline, ``i`` of ``n`` is its host
+    (``shard_options``), so hosts started without JAX write files of their own.
+    """
     from chute._core.sharding import _jax_process_index_and_count
 
-    index, count = _jax_process_index_and_count()
+    host = _virtual_host(iterator)
+    index, count = host if host is not None else _jax_process_index_and_count()
     return f"process_{index}-of-{count}.json"
+
+
+def _virtual_host(iterator: Any) -> tuple[int, int] | None:
+    """``(host, hosts)`` of a ``virtual_shards`` iterator in ``iterator``, or None."""
+    if not isinstance(iterator, DatasetIterator):
+        return None
+    for node in pipeline_nodes(iterator):
+        host = getattr(node, "host", None) if isinstance(node, ShardTurns) else None
+        if host is not None:
+            return (int(host[0]), int(host[1]))
+    return None
+
+
+def _read(
+    iterator: Any, directory: Any, what: str, missing: Callable[[Any, list[str]], Exception]
+) -> None:
+    """Restores ``iterator`` from its file in ``directory``; a ``virtual_shards`` iterator
+    from the merge of every host's file, so it resumes on any number of hosts."""
+    if _virtual_host(iterator) is not None:
+        files = sorted(directory.glob("process_*-of-*.json"))
+        counts = {f.name.rsplit("-of-", 1)[1] for f in files}
+        if len(counts) > 1:
+            raise CheckpointError(
+                f"{what}: {directory} holds process files of {len(counts)} different runs "
+                f"({[f.name for f in files]}); keep one run's files per directory."
+            )
+        if files:
+            states = [_parse(f.read_text(encoding="utf-8"), f) for f in files]
+            iterator.set_state(merge_states(states))
+            return
+    target = directory / process_file_name(iterator)
+    if not target.is_file():
+        raise missing(target, sorted(p.name for p in directory.glob("process_*.json")))
+    _decode(iterator, target.read_text(encoding="utf-8"), target)
+
+
+def _no_file(target: Any, found: list[str]) -> FileNotFoundError:
+    return FileNotFoundError(
+        f"chute.checkpoint.load(): {target} does not exist (found {found or 'no'} process "
+        "files; was it saved by a run with another process count?)."
+    )
+
+
+def _no_orbax_file(target: Any, found: list[str]) -> MissingCheckpointFileError:
+    return MissingCheckpointFileError(
+        f"File {target} does not exist. chute: no checkpoint file for this process in the "
+        "directory; was it saved by a run with another process count?"
+    )
 
 
 def _check_iterator(iterator: Any, what: str) -> None:
@@ -77,11 +134,14 @@ def _decode(iterator: Any, text: str, where: Any) -> None:
     if _takes_bytes(iterator):
         iterator.set_state(text.encode())
         return
+    iterator.set_state(_parse(text, where))
+
+
+def _parse(text: str, where: Any) -> Any:
     try:
-        state = json.loads(text)
+        return json.loads(text)
     except ValueError as exc:
         raise CheckpointError(f"{where} is not a JSON iterator checkpoint ({exc}).") from None
-    iterator.set_state(state)
 
 
 def allow_pipeline_change(iterator: It) -> It:
@@ -135,7 +195,7 @@ def save(iterator: Any, directory: str | os.PathLike[str]) -> pathlib.Path:
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"chute.checkpoint.save(): {path} exists and is not a directory.")
     path.mkdir(parents=True, exist_ok=True)
-    target = path / process_file_name()
+    target = path / process_file_name(iterator)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -161,14 +221,7 @@ def load(iterator: It, directory: str | os.PathLike[str]) -> It:
     path = pathlib.Path(directory)
     if not path.is_dir():
         raise FileNotFoundError(f"chute.checkpoint.load(): no checkpoint directory {path}.")
-    target = path / process_file_name()
-    if not target.is_file():
-        found = sorted(p.name for p in path.glob("process_*.json"))
-        raise FileNotFoundError(
-            f"chute.checkpoint.load(): {target} does not exist (found {found or 'no'} "
-            "process files; was it saved by a run with another process count?)."
-        )
-    _decode(iterator, target.read_text(encoding="utf-8"), target)
+    _read(iterator, path, "chute.checkpoint.load()", _no_file)
     return iterator
 
 
@@ -190,7 +243,7 @@ class CheckpointHandler:
         """
         item = item if item is not None else args.item
         _check_iterator(item, "chute.checkpoint.CheckpointHandler.save()")
-        (directory / process_file_name()).write_text(_encode(item))
+        (directory / process_file_name(item)).write_text(_encode(item))
 
     def restore(self, directory: Any, item: Any = None, args: Any = None) -> Any:
         """Restores ``item`` (or ``args.item``) from ``directory`` and returns it.
@@ -202,13 +255,7 @@ class CheckpointHandler:
         """
         item = item if item is not None else args.item
         _check_iterator(item, "chute.checkpoint.CheckpointHandler.restore()")
-        target = directory / process_file_name()
-        if not target.exists():
-            raise MissingCheckpointFileError(
-                f"File {target} does not exist. chute: no checkpoint file for this process "
-                "in the directory; was it saved by a run with another process count?"
-            )
-        _decode(item, target.read_text(), target)
+        _read(item, directory, "chute.checkpoint.CheckpointHandler.restore()", _no_orbax_file)
         return item
 
     def structure(self, directory: Any) -> None:

@@ -199,9 +199,13 @@ class VirtualShardsIterDataset(IterDataset[Any]):
 
     def __iter__(self) -> DatasetIterator[Any]:
         ids, workers = self.host_shards, self._worker_count()
+        it: PooledShardsIterator | ShardsIterator
         if workers:
-            return PooledShardsIterator(self, ids, workers)
-        return ShardsIterator({v: self._shards[v] for v in ids}, self.num_shards)
+            it = PooledShardsIterator(self, ids, workers)
+        else:
+            it = ShardsIterator({v: self._shards[v] for v in ids}, self.num_shards)
+        it.host = self._host
+        return it
 
     def _data_identity(self) -> str:
         """Every shard's pipeline, as its fingerprint says it (the data slices included)."""
@@ -244,7 +248,8 @@ def virtual_shards(
 
     >>> import chute
     >>> def shard(opts):
-    ...     return chute.MapDataset.range(8)[opts.shard_index :: opts.shard_count].map(lambda x: 10 * x)
+    ...     mine = chute.MapDataset.range(8)[opts.shard_index :: opts.shard_count]
+    ...     return mine.map(lambda x: 10 * x)
     >>> list(virtual_shards(shard, 4))
     [0, 10, 20, 30, 40, 50, 60, 70]
     >>> list(virtual_shards(shard, 4, shard_options=chute.ShardOptions(1, 2)))  # host 1 of 2

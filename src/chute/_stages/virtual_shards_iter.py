@@ -30,7 +30,14 @@ from chute._core.errors import CheckpointError, IteratorClosedError, WorkerDiedE
 from chute._core.nesting import inner_iterator, inner_iterators
 from chute._core.state_check import by_stage, fields, is_int, refuse, require
 
-__all__ = ["ShardRanDry", "ShardsIterator", "WorkerShards", "next_turn", "split_state"]
+__all__ = [
+    "ShardRanDry",
+    "ShardTurns",
+    "ShardsIterator",
+    "WorkerShards",
+    "next_turn",
+    "split_state",
+]
 
 _STAGE = "virtual_shards"
 
@@ -51,11 +58,14 @@ def next_turn(taken: Sequence[int], dry: Sequence[bool]) -> int:
     return next(k for k, (t, d) in enumerate(zip(taken, dry)) if not d and t == fewest)
 
 
-class _ShardTurns(DatasetIterator[Any]):
+class ShardTurns(DatasetIterator[Any]):
     """What both iterators share: the host's shard list, each shard's turns, the state."""
 
     _stage = _STAGE
     _state_fields = fields(num_shards=by_stage, shards=by_stage)
+
+    #: ``(host, hosts)``: the host this iterator reads for (None: a worker's share).
+    host: tuple[int, int] | None = None
 
     def __init__(
         self, shards: dict[int, IterDataset[Any]], num_shards: int, parents: Sequence[Any]
@@ -140,7 +150,7 @@ class _ShardTurns(DatasetIterator[Any]):
         return [p["state"] for p in parts]
 
 
-class ShardsIterator(_ShardTurns):
+class ShardsIterator(ShardTurns):
     """Reads ``shards`` (virtual shard number → its pipeline) in this process.
 
     With ``report_dry`` (a worker's), a shard that runs dry yields a

@@ -18,7 +18,7 @@ from chute._core.errors import IteratorClosedError, WorkerDiedError
 from chute._execution import launch, worker_seeds
 from chute._execution.worker import Worker
 from chute._stages.batch import leaves_stacked_by
-from chute._stages.virtual_shards_iter import ShardRanDry, WorkerShards, _ShardTurns, split_state
+from chute._stages.virtual_shards_iter import ShardRanDry, ShardTurns, WorkerShards, split_state
 
 if TYPE_CHECKING:
     from chute._stages.virtual_shards import VirtualShardsIterDataset
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["PooledShardsIterator"]
 
 
-class PooledShardsIterator(_ShardTurns):
+class PooledShardsIterator(ShardTurns):
     """Shards ``ids`` of ``ds`` run by ``count`` workers (at most one per shard)."""
 
     def __init__(self, ds: VirtualShardsIterDataset, ids: Sequence[int], count: int) -> None:
