@@ -28,6 +28,7 @@ from typing import Any
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError, IteratorClosedError, WorkerDiedError, add_note
 from chute._core.nesting import inner_iterator, inner_iterators
+from chute._core.pipeline_context import iter_inside, join
 from chute._core.state_check import by_stage, fields, is_int, refuse, require
 
 __all__ = [
@@ -160,9 +161,10 @@ class ShardsIterator(ShardTurns):
     def __init__(
         self, shards: dict[int, IterDataset[Any]], num_shards: int, report_dry: bool = False
     ) -> None:
+        super().__init__(shards, num_shards, ())
+        context = join(self)  # the options set around this stage reach the shards' stages
         with inner_iterators():  # the whole's state describes them: no fingerprints
-            iterators = [iter(shards[v]) for v in sorted(shards)]
-        super().__init__(shards, num_shards, iterators)
+            self._parents = tuple(iter_inside(context, shards[v]) for v in self._ids)
         self._report_dry = report_dry
 
     def __next__(self) -> Any:

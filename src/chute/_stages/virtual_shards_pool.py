@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from chute._core.errors import IteratorClosedError, WorkerDiedError
+from chute._core.pipeline_context import carrying, join, without_budget
 from chute._execution import launch, worker_seeds
 from chute._execution.worker import Worker
 from chute._stages.batch import leaves_stacked_by
@@ -33,10 +34,13 @@ class PooledShardsIterator(ShardTurns):
         count = max(1, min(count, len(ids)))
         base = ds._next_base_seed()
         self._dealt = [list(ids[i::count]) for i in range(count)]
-        workers = [
+        super().__init__({v: ds._shards[v] for v in ids}, ds.num_shards, ())
+        # The workers run under the options set around this stage, as mp_prefetch's do.
+        options = without_budget(join(self).options)
+        self._parents = tuple(
             launch.worker(
                 ds._executor,
-                WorkerShards({v: ds._shards[v] for v in mine}, ds.num_shards),
+                carrying(WorkerShards({v: ds._shards[v] for v in mine}, ds.num_shards), options),
                 index=i,
                 count=count,
                 buffer_size=ds._options.per_worker_buffer_size,
@@ -46,8 +50,7 @@ class PooledShardsIterator(ShardTurns):
                 stack_batches=leaves_stacked_by,
             )
             for i, mine in enumerate(self._dealt)
-        ]
-        super().__init__({v: ds._shards[v] for v in ids}, ds.num_shards, workers)
+        )
         self._owner = [k % count for k in range(len(self._ids))]
 
     @property
