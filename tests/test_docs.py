@@ -67,6 +67,13 @@ def test_images_example_decodes_jpegs_in_workers_and_resumes() -> None:
     assert "resumed: identical batch" in out.stdout
 
 
+def test_topology_example_saves_on_two_hosts_and_resumes_on_four_and_on_one() -> None:
+    out = run_example("topology.py").stdout
+    assert "2 host(s) x 2 worker(s)" in out
+    assert out.count("resumed from the 2 files, batches 12-31: identical") == 2
+    assert "4 host(s) x 1 worker(s)" in out and "1 host(s) x 3 worker(s)" in out
+
+
 def test_profile_example_runs() -> None:
     out = run_example("profile_me.py")
     assert "map(jitter)" in out.stdout
