@@ -337,13 +337,13 @@ def _merge(parts: list[Any], where: str) -> Any:
 
 def _merge_shards(parts: list[Any], where: str) -> dict[str, Any]:
     counts = {p.get("num_shards") for p in parts if isinstance(p, Mapping)}
-    if len(counts) != 1 or any(not isinstance(p, Mapping) for p in parts):
+    count = next(iter(counts)) if len(counts) == 1 else None
+    if not isinstance(count, int) or any(not isinstance(p, Mapping) for p in parts):
         raise CheckpointError(
             f"merge_states(): the states hold different numbers of virtual shards "
             f"({sorted(map(str, counts))}) at {where}; merge the states of one run's hosts."
         )
-    (count,) = counts
-    merged: list[Any] = [None] * int(count)
+    merged: list[Any] = [None] * count
     for h, part in enumerate(parts):
         shards = part.get("shards")
         if not isinstance(shards, list) or len(shards) != count:
