@@ -159,7 +159,9 @@ def _check_arguments(
                 grain_first(
                     "ElasticIterator does not support `filter` transformation.",
                     "a filtered element leaves a hole in the global batch. Filter before "
-                    "batching on each host instead.",
+                    "batching on each host instead, or build the pipeline with "
+                    "chute.experimental.virtual_shards, whose checkpoints move to any host "
+                    "count with filters and packing.",
                 )
             )
         nodes.extend(p for p in node.parents if isinstance(p, MapDataset))

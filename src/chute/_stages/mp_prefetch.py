@@ -286,7 +286,8 @@ class _MultiprocessIterator(WorkerPool):
                 raise CheckpointError(
                     f"this checkpoint was saved with {saved_count} worker(s) and cannot be "
                     f"restored into {len(self._parents)}: {problem}. Restore it with the saved "
-                    "count."
+                    "count; a pipeline built with chute.experimental.virtual_shards moves to "
+                    "any worker and host count."
                 )
 
     def _check_stream(self, saved: Any, where: str) -> None:
