@@ -61,11 +61,13 @@ class Topology:
 
 @dataclasses.dataclass(frozen=True)
 class ResumeReport:
-    """What ``assert_resumes_exactly`` ran: the elements compared and each part's
-    topology and length (``(str(topology), elements)``)."""
+    """What ``assert_resumes_exactly`` ran: the elements compared, each part's
+    topology and length (``(str(topology), elements)``), and how many elements
+    each host of each part yielded (``host_counts[part][host]``)."""
 
     elements: int
     parts: tuple[tuple[str, int], ...]
+    host_counts: tuple[tuple[int, ...], ...] = ()
 
 
 def assert_resumes_exactly(
@@ -118,17 +120,21 @@ def assert_resumes_exactly(
     total, rng = len(expected), random.Random(seed)
     got: list[Any] = []
     parts: list[tuple[str, int]] = []
+    counts: list[tuple[int, ...]] = []
     state: Any = None
     for part in range(resumes + 1):
         topology = rng.choice(topologies)
         left, last = total - len(got), part == resumes
         steps = -(-left // topology.hosts) if last else _steps(rng, left, resumes - part, topology)
         outputs, states = _run_part(make_pipeline, topology, state, steps)
-        merged = _in_order(outputs) if sharded else outputs[0][0]
+        merged = _in_order(outputs) if sharded else outputs[0]
+        if elements is not None:  # an endless pipeline's last part may run past the count
+            merged = merged[: total - len(got)]
         state = merge_states(states) if sharded else states[0]
         start = len(got)
         got.extend(merged)
         parts.append((str(topology), len(merged)))
+        counts.append(tuple(len(host) for host in outputs))
         _compare(expected, got, start, part, topology, state)
         if len(got) >= total:
             break
@@ -136,7 +142,7 @@ def assert_resumes_exactly(
         raise AssertionError(
             f"the resumed run ended after {len(got)} elements; the uninterrupted run has {total}."
         )
-    return ResumeReport(total, tuple(parts))
+    return ResumeReport(total, tuple(parts), tuple(counts))
 
 
 def _iter_dataset(ds: Any) -> IterDataset[Any]:
