@@ -83,13 +83,24 @@ def test_experimental_names() -> None:
         # chute's own additions
         "ErrorBudgetIterDataset",
         "PipelinePicture",
+        "VirtualShardsIterDataset",
+        "merge_states",
         "skip_errors",
+        "virtual_shards",
         "visualize",
     }
     assert sorted(chute.experimental.__all__) == chute.experimental.__all__
     assert set(chute.experimental.__all__) >= expected
     for name in chute.experimental.__all__:
         assert hasattr(chute.experimental, name), name
+
+
+def test_testing_names() -> None:
+    import chute.testing
+
+    assert chute.testing.__all__ == ["ResumeReport", "Topology", "assert_resumes_exactly"]
+    for name in chute.testing.__all__:
+        assert hasattr(chute.testing, name), name
 
 
 def test_data_loader_names() -> None:
