@@ -8,8 +8,9 @@ shards alone: round ``n`` takes the ``n``-th batch of every shard, in shard
 order.  Hosts only decide who runs which shards.
 
 Each host here is a real process that builds the same pipeline with its own
-``ShardOptions(host, hosts)``, reads its batches and writes its state to a
-JSON file, as the hosts of a training job do.  The run:
+``ShardOptions(host, hosts)``, reads its batches and writes its state with
+``chute.checkpoint.save`` (one JSON file per host), as the hosts of a training
+job do; ``chute.checkpoint.load`` merges every host's file.  The run:
 
 1. 2 hosts x 2 worker processes each read 6 batches, then save.
 2. 4 hosts x 1 worker each merge the 2 saved files and read 5 batches.
@@ -23,13 +24,11 @@ Run:  python examples/topology.py
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import pathlib
 import pickle
 import tempfile
 import time
-from typing import Any
 
 import numpy as np
 
@@ -79,28 +78,23 @@ def pipeline(host: int, hosts: int, workers: int) -> chute.IterDataset:
     return ds
 
 
-def merged_state(checkpoint: pathlib.Path) -> dict[str, Any]:
-    """Every host's saved state, merged: each file holds only the shards of its host."""
-    files = sorted(checkpoint.glob("process_*.json"))
-    return chute.experimental.merge_states([json.loads(f.read_text()) for f in files])
-
-
 def run_host(
     host: int, hosts: int, workers: int, steps: int, restore: str | None, folder: str
 ) -> None:
-    """One host's process: restore from the merged checkpoint, read ``steps`` batches,
-    save its state as ``process_{host}-of-{hosts}.json`` and its batches for the check."""
+    """One host's process: restore from the checkpoint ``restore``, read ``steps`` batches,
+    save its state into ``folder/checkpoint`` and its batches for the check."""
     out = pathlib.Path(folder)
     with iter(pipeline(host, hosts, workers)) as it:
         if restore is not None:
-            it.set_state(merged_state(pathlib.Path(restore)))
+            # Reads every host's file in the folder and merges them
+            # (chute.experimental.merge_states): each holds only its host's shards.
+            chute.checkpoint.load(it, restore)
         got = []
         for _ in range(steps):
             batch = next(it)
             got.append((it.last_origin, batch))  # (shard, n): where it sits in the global order
-        state = it.get_state()
-    (out / "checkpoint").mkdir(exist_ok=True)
-    (out / "checkpoint" / f"process_{host}-of-{hosts}.json").write_text(json.dumps(state))
+        # Writes checkpoint/process_{host}-of-{hosts}.json, named by the host's ShardOptions.
+        chute.checkpoint.save(it, out / "checkpoint")
     (out / f"batches_{host}.pkl").write_bytes(pickle.dumps(got))
 
 
