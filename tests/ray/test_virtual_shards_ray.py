@@ -3,7 +3,10 @@ Ray actors on a cluster of two nodes (Ray's own test cluster, on this machine), 
 killed actor resumes its shards exactly once.
 
 One cluster serves the module (Ray starts slowly): a head without CPUs (the driver's)
-and two nodes of two CPUs, so three one-CPU workers span both nodes.
+and two nodes of two CPUs, so three one-CPU workers span both nodes.  The checker
+(``chute.testing.assert_resumes_exactly``) runs each host of a local topology in a
+process of its own, and the hosts of a Ray topology here, one after another, with
+their workers as Ray actors.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 import pytest
 
 import chute as grain
-from chute import MultiprocessingOptions, RayExecutor, ShardOptions
+from chute import MultiprocessingOptions, RayExecutor, ShardOptions, WorkerDiedError
 from chute.experimental import merge_states, virtual_shards
 from chute.testing import ResumeReport, Topology, assert_resumes_exactly
 
@@ -109,7 +112,7 @@ def test_a_state_saved_on_local_hosts_resumes_on_ray_workers_and_back(name: str)
         PIPELINES[name],
         topologies=[Topology(2, 2), Topology(1, 3, executor=RayExecutor())],
         resumes=3,
-        seed=4,  # draws 2x2, Ray, 2x2, 2x2
+        seed=4,  # its draws move both ways, for both pipelines (checked below)
     )
     assert {(False, True), (True, False)} <= _moves(report), report.parts
 
@@ -119,7 +122,7 @@ def test_a_state_saved_on_ray_workers_resumes_on_hosts_without_workers() -> None
         _filter_batch_pipeline,
         topologies=[Topology(2, 1, executor=RayExecutor()), Topology(1, 0), Topology(4, 0)],
         resumes=3,
-        seed=0,  # draws 1x0, Ray, 4x0, 1x0
+        seed=0,  # draws 1x0, then Ray, 4x0, 1x0
     )
     assert {(False, True), (True, False)} <= _moves(report), report.parts
 
@@ -147,7 +150,7 @@ def _in_order(*hosts: list[tuple[Any, Any]]) -> list[Any]:
 
 
 def _same(a: list[Any], b: list[Any]) -> None:
-    assert len(a) == len(b)
+    assert len(a) == len(b), f"{len(a)} elements, the uninterrupted run has {len(b)}"
     for x, y in zip(a, b):
         np.testing.assert_equal(x, y)
 
@@ -193,6 +196,24 @@ def test_a_killed_ray_worker_resumes_its_shards_exactly_once(
         _same(head + list(it), expected)
 
 
+def test_without_restarts_a_killed_ray_worker_raises_and_its_state_resumes_exactly_once(
+    tmp_path: Path,
+) -> None:
+    expected = list(_filter_batch_pipeline())
+    victim = int(grain.MapDataset.range(200)[3::V].seed(7).shuffle()[6])  # worker 0 has shard 3
+    kill = functools.partial(_killed_once_at, str(tmp_path / "killed"), victim)
+    ds = virtual_shards(functools.partial(_filter_batch, fn=kill), V)
+    executor = RayExecutor(restart_workers=False)
+    got: list[Any] = []
+    with iter(ds.mp_prefetch(MultiprocessingOptions(3), executor=executor)) as it:
+        with pytest.raises(WorkerDiedError, match="Ray worker 0 of 3 .* Restore the last state"):
+            got.extend(it)
+        state = it.get_state()
+    assert 0 < len(got) < len(expected)
+    hosts = [_host_run(ds, h, 2, state, None)[0] for h in range(2)]  # on two hosts, no workers
+    _same(got + _in_order(*hosts), expected)
+
+
 def test_ray_kill_of_an_actor_mid_run_loses_no_element_of_its_shards(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -201,8 +222,8 @@ def test_ray_kill_of_an_actor_mid_run_loses_no_element_of_its_shards(
     on_ray = ds.mp_prefetch(MultiprocessingOptions(3), executor=RayExecutor(restart_workers=True))
     with caplog.at_level(logging.WARNING, logger="chute"), iter(on_ray) as it:
         got = [next(it) for _ in range(7)]
-        # Worker 1 runs shards 1, 4 and 7: ~1600 elements, and it has made at most 1 + 2 x 256
-        # (its calls in flight), so the kill lands mid-run.
+        # Worker 1 runs shards 1, 4 and 7 (~1600 elements); it was asked for at most
+        # 1 + 3 x 256 (two calls read, two in flight), so the kill lands mid-run.
         ray.kill(it.workers[1]._actor)  # type: ignore[attr-defined]
         got += list(it)
     _same(got, expected)
