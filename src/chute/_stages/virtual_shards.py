@@ -30,7 +30,7 @@ from chute._core.pipeline_walk import parents_of
 from chute._core.seeding import derive_seed
 from chute._core.sharding import NoSharding, ShardOptions
 from chute._core.validate import check_callable, check_int
-from chute._execution import launch, processes, worker_seeds
+from chute._execution import launch, processes, ray_cluster, worker_seeds
 from chute._stages.mp_prefetch import MultiprocessPrefetchIterDataset
 from chute._stages.mp_prefetch import mp_prefetch as mp_prefetch_stage
 from chute._stages.virtual_shards_iter import ShardsIterator
@@ -188,8 +188,11 @@ class VirtualShardsIterDataset(IterDataset[Any]):
 
     def _worker_count(self) -> int:
         workers = self._options.num_workers
-        if workers == "auto":
-            return max(1, min(os.cpu_count() or 1, len(self.host_shards)))
+        if workers == "auto":  # the cores here, or the Ray cluster's: at most one per shard
+            fit = os.cpu_count() or 1
+            if self._executor is not None:
+                fit = ray_cluster.workers_that_fit(self._executor)
+            return max(1, min(fit, len(self.host_shards)))
         return int(workers)
 
     def _next_base_seed(self) -> int:
