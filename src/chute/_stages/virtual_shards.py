@@ -218,7 +218,7 @@ class VirtualShardsIterDataset(IterDataset[Any]):
 
     def _describe(self) -> str:
         host, hosts = self._host
-        workers = self._worker_count()
+        workers = self._options.num_workers  # "auto" stays a word: a repr starts no Ray
         where = f"host {host} of {hosts}" + (f", {workers} workers" if workers else "")
         if self._executor is not None:
             where += f", {self._executor}"
