@@ -98,9 +98,11 @@ def far_tokens(i: int) -> dict[str, np.ndarray]:
 # -- chute: the same code with and without virtual shards -----------------------------------------
 
 
-def token_pipeline(chute: Any, source: Any, window: int | None = None) -> Any:
-    """shuffle -> filter -> (window shuffle) -> first-fit packing -> batch, over ``source``."""
-    ds = source.shuffle(seed=SEED).to_iter_dataset().filter(keep)
+def token_pipeline(chute: Any, source: Any, window: int | None = None, inline: bool = False) -> Any:
+    """shuffle -> filter -> (window shuffle) -> first-fit packing -> batch, over ``source``;
+    ``inline``: ``to_iter_dataset`` reads on the calling thread, never ahead on threads."""
+    reads = chute.ReadOptions(num_threads=0, prefetch_buffer_size=0) if inline else None
+    ds = source.shuffle(seed=SEED).to_iter_dataset(reads).filter(keep)
     if window:
         ds = chute.experimental.WindowShuffleIterDataset(ds, window_size=window, seed=SEED)
     ds = chute.experimental.FirstFitPackIterDataset(
@@ -109,15 +111,22 @@ def token_pipeline(chute: Any, source: Any, window: int | None = None) -> Any:
     return ds.batch(BATCH)
 
 
-def plain(chute: Any, src: Any, workers: int) -> Any:
-    ds = token_pipeline(chute, chute.MapDataset.source(src))
+def plain(chute: Any, src: Any, workers: int, inline: bool = False) -> Any:
+    ds = token_pipeline(chute, chute.MapDataset.source(src), inline=inline)
     return runners.with_workers(chute, ds, workers) if workers else ds
 
 
-def sharded(chute: Any, src: Any, workers: int, v: int = V, window: int | None = None) -> Any:
+def sharded(
+    chute: Any,
+    src: Any,
+    workers: int,
+    v: int = V,
+    window: int | None = None,
+    inline: bool = False,
+) -> Any:
     def make_shard(shard: Any) -> Any:
         sliced = chute.MapDataset.source(src)[shard.shard_index :: shard.shard_count]
-        return token_pipeline(chute, sliced, window)
+        return token_pipeline(chute, sliced, window, inline)
 
     ds = chute.experimental.virtual_shards(make_shard, v)
     return runners.with_workers(chute, ds, workers) if workers else ds
@@ -291,6 +300,15 @@ def bench_throughput(chute: Any, torch: Any, src: Corpus, repeats: int) -> dict[
         "V=64 0 workers": Impl("V=64 0 workers", lambda: iter(sharded(chute, src, 0)), N),
         "chute 2 workers": Impl("chute 2 workers", lambda: iter(plain(chute, src, 2)), N),
         "V=64 2 workers": Impl("V=64 2 workers", lambda: iter(sharded(chute, src, 2)), N),
+        **{
+            name: Impl(name, make, N, "inline reads")
+            for name, make in (
+                ("chute 0 workers inline", lambda: iter(plain(chute, src, 0, inline=True))),
+                ("V=64 0 workers inline", lambda: iter(sharded(chute, src, 0, inline=True))),
+                ("chute 2 workers inline", lambda: iter(plain(chute, src, 2, inline=True))),
+                ("V=64 2 workers inline", lambda: iter(sharded(chute, src, 2, inline=True))),
+            )
+        },
         "torch 0 workers": Impl(
             "torch 0 workers",
             lambda: iter(runners.torch_loader(torch, torch_dataset(torch, src), 0, BATCH)),
@@ -325,6 +343,18 @@ def bench_throughput(chute: Any, torch: Any, src: Corpus, repeats: int) -> dict[
         Ratio("V=64 0 workers / hand loop", i["V=64 0 workers"], i["hand loop"], None),
         Ratio("V=64 2 workers / limit", i["V=64 2 workers"], i["limit 2 processes"], None),
         Ratio("chute 0 workers / hand loop", i["chute 0 workers"], i["hand loop"], None),
+        Ratio(
+            "V=64 / none, 0 workers, inline reads",
+            i["V=64 0 workers inline"],
+            i["chute 0 workers inline"],
+            None,
+        ),
+        Ratio(
+            "V=64 / none, 2 workers, inline reads",
+            i["V=64 2 workers inline"],
+            i["chute 2 workers inline"],
+            None,
+        ),
     ]
     common.mark_invalid(ratios)
     return {
@@ -555,9 +585,9 @@ def print_throughput(res: dict[str, Any]) -> None:
     )
 
 
-def print_restore(runs: dict[str, list[dict[str, Any]]]) -> list[Ratio | dict[str, Any]]:
+def print_restore(runs: dict[str, list[dict[str, Any]]]) -> list[bool]:
     rows, checks = [], []
-    for which, samples in runs.items():
+    for samples in runs.values():
         med = {k: statistics.median(s[k] for s in samples) for k in ("restore_s", "set_state_s")}
         first = samples[0]
         ok = all(
@@ -631,9 +661,10 @@ def main() -> int:
         return 0
     args = common.parse_args(__doc__.splitlines()[0], repeats=5)
     try:
-        import chute
         import torch
         import torch.utils.data
+
+        import chute
     except ImportError as exc:
         sys.exit(f"bench_virtual_shards: {exc}; use bash benchmarks/run virtual_shards")
     env = common.environment()
