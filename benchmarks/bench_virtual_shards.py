@@ -12,19 +12,21 @@ each element a fresh copy, as a decoder makes).  ``keep`` drops the sequences wh
 length is a multiple of 8.  Four measurements:
 
 * **throughput**, one alternating group: chute without and with virtual shards, 0 and
-  2 workers (``mp_prefetch(MultiprocessingOptions(num_workers=2))``); PyTorch's
-  ``DataLoader`` over an ``IterableDataset`` doing the same work (permutation, filter,
-  first-fit packing; 0 and 2 workers, ``batch_size=8``); the limits: a hand loop in
-  one thread and two bare forked processes running it on half the order each.  Rates
-  are input sequences/s.
+  2 workers (``mp_prefetch(MultiprocessingOptions(num_workers=2))``), with the default
+  read options and with inline reads (``ReadOptions(num_threads=0,
+  prefetch_buffer_size=0)``); PyTorch's ``DataLoader`` over an ``IterableDataset``
+  doing the same work (permutation, filter, first-fit packing; 0 and 2 workers,
+  ``batch_size=8``); the limits: a hand loop in one thread and two bare forked
+  processes running it on half the order each.  Rates are input sequences/s.
 * **restore**: a state of ``V = 64`` shards over ``MapDataset.range(10**12)`` mapped
-  to tokens, saved at element 10, and the same state with every shard moved on by
-  15,625,000 batches (element 1,000,000,010): the time to build the iterator, restore
-  it and take the next element, in a fresh process each, and a check that this element
-  is the one it should be.
-* **memory**: resident memory and tracemalloc after the first element, for V in
-  {1, 8, 64, 256}, of a pipeline that holds buffers (a window shuffle of 256 and the
-  packing bins in every shard), each V in a fresh process.
+  to tokens, saved at element 10, and the same state with every shard 15,625,000
+  batches further on (element 1,000,000,010; see ``far_state``): the time to build the
+  iterator, restore it and take the next element, in a fresh process each, and a check
+  that this element is the one it should be.
+* **memory**: tracemalloc and resident memory after the first element and after the
+  first round (V elements: every shard has read), for V in {1, 8, 64, 256}, of a
+  pipeline that holds buffers (a window shuffle of 256 and the packing bins in every
+  shard), with the default read options and with inline reads, each in a fresh process.
 * **state size**: the JSON bytes of ``get_state()`` for V = 1 and V = 64.
 
 Run through ``bash benchmarks/run virtual_shards``; see README.md.
@@ -519,12 +521,13 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def memory_child(v: int) -> dict[str, Any]:
-    """In a fresh process: memory after the first element of ``v`` shards with buffers."""
+def memory_child(v: int, inline: bool = False) -> dict[str, Any]:
+    """In a fresh process: memory after the first element, and after the first round, of
+    ``v`` shards with buffers (``inline``: no read-ahead, only the stages' own buffers)."""
     import chute
 
     src = Corpus()
-    ds = sharded(chute, src, 0, v=v, window=WINDOW)
+    ds = sharded(chute, src, 0, v=v, window=WINDOW, inline=inline)
     before = rss_bytes()
     tracemalloc.start()
     it = iter(ds)
@@ -545,7 +548,10 @@ def memory_child(v: int) -> dict[str, Any]:
 
 
 def bench_memory() -> list[dict[str, Any]]:
-    return [child("--memory", str(v)) for v in MEMORY_VS]
+    out = [child("--memory", str(v)) for v in MEMORY_VS]
+    for m in out:
+        m["traced_round_inline"] = child("--memory", str(m["v"]), "inline")["traced_round"]
+    return out
 
 
 # -- state size -----------------------------------------------------------------------------------
@@ -634,6 +640,8 @@ def print_memory(mem: list[dict[str, Any]]) -> None:
             f"{m['rss_growth_round'] / 1e6:.1f}",
             f"{m['traced_peak'] / 1e6:.1f}",
             f"{m['traced_round'] / m['v'] / 1e3:.0f}",
+            f"{m['traced_round_inline'] / 1e6:.1f}",
+            f"{m['traced_round_inline'] / m['v'] / 1e3:.0f}",
         ]
         for m in mem
     ]
@@ -646,9 +654,11 @@ def print_memory(mem: list[dict[str, Any]]) -> None:
             "RSS +MB",
             "traced peak MB",
             "traced KB / shard",
+            "inline reads: 1st round traced MB",
+            "KB / shard",
         ],
         rows,
-        right={0, 1, 2, 3, 4, 5, 6},
+        right={0, 1, 2, 3, 4, 5, 6, 7, 8},
     )
 
 
@@ -656,8 +666,8 @@ def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--restore":
         print(json.dumps(restore_child(sys.argv[2])))
         return 0
-    if len(sys.argv) == 3 and sys.argv[1] == "--memory":
-        print(json.dumps(memory_child(int(sys.argv[2]))))
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "--memory":
+        print(json.dumps(memory_child(int(sys.argv[2]), inline=sys.argv[3:] == ["inline"])))
         return 0
     args = common.parse_args(__doc__.splitlines()[0], repeats=5)
     try:
