@@ -155,12 +155,21 @@ def _hoisted(make_shard: Any, shard: ShardOptions) -> IterDataset[Any]:
     return make_shard(shard).mp_prefetch(MultiprocessingOptions(num_workers=2))
 
 
+def _boxed(x: Any) -> tuple[Any]:
+    return (x,)
+
+
 def _pipeline(make_shard: Any, form: str) -> IterDataset[Any]:
+    """``form``: plain (no workers); hoisted (each shard's pipeline ends with mp_prefetch);
+    called (mp_prefetch on the virtual_shards dataset); outer (on a map that holds it)."""
     if form == "hoisted":
         return virtual_shards(functools.partial(_hoisted, make_shard), V)
     ds = virtual_shards(make_shard, V)
+    options = MultiprocessingOptions(num_workers=2)
     if form == "called":
-        return ds.mp_prefetch(MultiprocessingOptions(num_workers=2))
+        return ds.mp_prefetch(options)
+    if form == "outer":
+        return ds.map(_boxed).mp_prefetch(options)
     return ds
 
 
@@ -202,7 +211,7 @@ LAST_PART_SHORT = (
 
 @pytest.mark.parametrize("name", list(PIPELINES))
 @pytest.mark.parametrize(
-    ("form", "seed"), [("plain", 0), ("plain", 1), ("hoisted", 2), ("called", 3)]
+    ("form", "seed"), [("plain", 0), ("plain", 1), ("hoisted", 2), ("called", 3), ("outer", 4)]
 )
 def test_every_pipeline_resumes_exactly_on_any_topology(
     name: str, form: str, seed: int, record_files: list[str]
@@ -210,6 +219,8 @@ def test_every_pipeline_resumes_exactly_on_any_topology(
     """While every shard runs (the first ``V x`` shortest shard's length elements)."""
     make_shard = _make_shard(name, record_files)
     live = V * min(_shard_lengths(make_shard))
+    if form == "outer":  # short of the end: see test_a_stage_after_virtual_shards_merges_at_the_end
+        live -= V
     report = assert_resumes_exactly(
         lambda: _pipeline(make_shard, form),
         topologies=TOPOLOGIES,
@@ -217,7 +228,7 @@ def test_every_pipeline_resumes_exactly_on_any_topology(
         elements=live,
         seed=seed,
     )
-    assert report.elements == live >= 4 * V
+    assert report.elements == live >= 3 * V
     assert len(report.parts) >= 2
     assert sum(n for _, n in report.parts) == report.elements
 
@@ -284,6 +295,7 @@ def test_workers_give_the_stream_of_one_process(name: str, record_files: list[st
     inline = [_plain(x) for x in _pipeline(make_shard, "plain")]
     assert [_plain(x) for x in _pipeline(make_shard, "hoisted")] == inline
     assert [_plain(x) for x in _pipeline(make_shard, "called")] == inline
+    assert [_plain(x) for x in _pipeline(make_shard, "outer")] == [(x,) for x in inline]
 
 
 def _short_first(opts: ShardOptions) -> MapDataset[int]:
@@ -476,6 +488,52 @@ def test_unequal_shards_drop_nothing_and_longer_shards_end_later(tmp_path: Path)
     union = _union(results)
     assert [x for _, x in union] == list(range(91))
     assert [o for o, _ in union][-3:] == [(0, 11), (1, 11), (2, 11)]
+
+
+UNEQUAL_END = (
+    "issue 36 item 2: hosts restored from a state saved between rounds (here 1 host after 5 "
+    "steps, restored on 2) have different numbers of elements left, so one host yields a "
+    "step fewer at the end"
+)
+
+
+def _range_shard(opts: ShardOptions) -> MapDataset[int]:
+    return MapDataset.range(64)[opts.shard_index :: opts.shard_count]
+
+
+def _restored_on_two_hosts(after: Any) -> list[tuple[int, dict[str, Any]]]:
+    """Each of 2 hosts, restored from 1 host's state after 5 steps: its count to the end and
+    its final state."""
+    with iter(after(virtual_shards(_range_shard, V))) as it:
+        for _ in range(5):
+            next(it)
+        state = it.get_state()
+    out = []
+    for h in (0, 1):
+        with iter(after(virtual_shards(_range_shard, V, shard_options=ShardOptions(h, 2)))) as it:
+            it.set_state(state)
+            out.append((sum(1 for _ in it), it.get_state()))
+    return out
+
+
+@pytest.mark.xfail(reason=UNEQUAL_END, strict=True)
+def test_hosts_restored_from_a_state_between_rounds_do_equal_work() -> None:
+    counts = [count for count, _ in _restored_on_two_hosts(lambda ds: ds)]
+    assert sum(counts) == 64 - 5
+    assert counts[0] == counts[1]
+
+
+@pytest.mark.xfail(
+    reason=UNEQUAL_END + "; a map after virtual_shards then counts different indices on the "
+    "hosts, and merge_states refuses their final states",
+    strict=True,
+)
+def test_a_stage_after_virtual_shards_merges_at_the_end() -> None:
+    parts = _restored_on_two_hosts(lambda ds: ds.map(_boxed))
+    merged = merge_states([state for _, state in parts])
+    with iter(virtual_shards(_range_shard, V).map(_boxed)) as it:
+        it.set_state(merged)
+        assert list(it) == []
 
 
 # -- 3. opt-in ---------------------------------------------------------------------------
