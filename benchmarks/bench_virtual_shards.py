@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -296,6 +297,57 @@ def check_throughput(impls: dict[str, Impl], chute: Any, src: Corpus) -> str:
     return "ok" if exact else "hand loop differs"
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that ended (workers, once joined)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+class CpuCounted:
+    """An iterator that adds, when closed, the CPU seconds since it was made to ``sink``:
+    this process's and its workers' (joined by then), which other processes' load on the
+    machine hardly changes, unlike the wall time."""
+
+    def __init__(self, it: Iterator[Any], start: float, sink: list[float]) -> None:
+        self._it, self._start, self._sink = it, start, sink
+
+    def __iter__(self) -> CpuCounted:
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._it)
+
+    def close(self) -> None:
+        common.close(self._it)
+        runners.shutdown_torch(self._it)
+        self._sink.append(cpu_seconds() - self._start)
+
+
+def counted(impl: Impl, cpu: dict[str, list[float]]) -> Impl:
+    """``impl``, its iterators counting their CPU seconds into ``cpu[impl.name]``."""
+    make, sink = impl.make_iter, cpu.setdefault(impl.name, [])
+
+    def make_iter() -> Iterator[Any]:
+        start = cpu_seconds()
+        return CpuCounted(make(), start, sink)
+
+    impl.make_iter = make_iter
+    return impl
+
+
+def cpu_impl(impl: Impl, cpu: dict[str, list[float]]) -> Impl:
+    """An ``Impl`` whose run times are ``impl``'s timed runs' CPU seconds (the first, the
+    check run, left out), for ratios of CPU cost."""
+    return Impl(
+        f"{impl.name} (cpu)",
+        impl.make_iter,
+        impl.units,
+        times=cpu[impl.name][1:],
+        check=impl.check,
+        error=impl.error,
+    )
+
+
 def bench_throughput(chute: Any, torch: Any, src: Corpus, repeats: int) -> dict[str, Any]:
     impls = {
         "chute 0 workers": Impl("chute 0 workers", lambda: iter(plain(chute, src, 0)), N),
@@ -329,10 +381,14 @@ def bench_throughput(chute: Any, torch: Any, src: Corpus, repeats: int) -> dict[
             "forked, hand back nothing",
         ),
     }
+    cpu: dict[str, list[float]] = {}
+    for impl in impls.values():
+        counted(impl, cpu)
     check_throughput(impls, chute, src)
     group = list(impls.values())
     common.time_runs(group, repeats)
     i = impls
+    c = {name: cpu_impl(impl, cpu) for name, impl in impls.items()}
     ratios = [
         Ratio(
             "V=64 / no virtual shards, 0 workers", i["V=64 0 workers"], i["chute 0 workers"], TARGET
@@ -358,9 +414,26 @@ def bench_throughput(chute: Any, torch: Any, src: Corpus, repeats: int) -> dict[
             None,
         ),
     ]
+    ratios += [
+        Ratio("CPU: V=64 / none, 0 workers", c["V=64 0 workers"], c["chute 0 workers"], None),
+        Ratio("CPU: V=64 / none, 2 workers", c["V=64 2 workers"], c["chute 2 workers"], None),
+        Ratio(
+            "CPU: V=64 / none, 0 workers, inline reads",
+            c["V=64 0 workers inline"],
+            c["chute 0 workers inline"],
+            None,
+        ),
+        Ratio(
+            "CPU: V=64 / none, 2 workers, inline reads",
+            c["V=64 2 workers inline"],
+            c["chute 2 workers inline"],
+            None,
+        ),
+    ]
     common.mark_invalid(ratios)
     return {
         "name": "throughput",
+        "cpu_seconds": cpu,
         "description": (
             f"{N:,} token sequences: shuffle(seed={SEED}) -> filter -> FirstFitPack("
             f"{LENGTH}, num_packing_bins={BINS}) -> batch({BATCH}); with and without "
@@ -575,19 +648,23 @@ def state_sizes(chute: Any, src: Corpus) -> dict[str, int]:
 
 
 def print_throughput(res: dict[str, Any]) -> None:
+    cpu = {name: times[1:] for name, times in res["cpu_seconds"].items()}
     rows = [
         [
             impl.name,
             impl.note,
             "ERROR" if impl.error else common.fmt_num(impl.rate()),
             common.fmt_num(impl.median, 3),
+            common.fmt_num(statistics.median(cpu[impl.name]), 3) if cpu.get(impl.name) else "-",
             f"{impl.spread() * 100:.0f}%" if impl.spread() is not None else "-",
             impl.check.split(":")[0],
         ]
         for impl in res["impls"]
     ]
     common.print_table(
-        ["throughput", "note", "sequences/s", "run s", "spread", "output"], rows, right={2, 3, 4}
+        ["throughput", "note", "sequences/s", "run s", "cpu s", "spread", "output"],
+        rows,
+        right={2, 3, 4, 5},
     )
 
 
