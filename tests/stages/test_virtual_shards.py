@@ -211,7 +211,7 @@ LAST_PART_SHORT = (
 
 @pytest.mark.parametrize("name", list(PIPELINES))
 @pytest.mark.parametrize(
-    ("form", "seed"), [("plain", 0), ("plain", 1), ("hoisted", 2), ("called", 3), ("outer", 4)]
+    ("form", "seed"), [("plain", 1), ("hoisted", 2), ("called", 3), ("outer", 4)]
 )
 def test_every_pipeline_resumes_exactly_on_any_topology(
     name: str, form: str, seed: int, record_files: list[str]
@@ -250,9 +250,16 @@ def test_every_pipeline_resumes_exactly_to_its_end(name: str, record_files: list
     assert report.elements == sum(_shard_lengths(make_shard))
 
 
+def _origin(it: Any) -> tuple[int, int]:
+    """``(shard, n)`` of the element ``it`` yielded last (``__iter__`` is typed as giving a
+    plain DatasetIterator)."""
+    origin: tuple[int, int] = it.last_origin
+    return origin
+
+
 def _origins(ds: IterDataset[Any]) -> list[tuple[int, int]]:
     with iter(ds) as it:
-        return [it.last_origin for _ in it]
+        return [_origin(it) for _ in it]
 
 
 @pytest.mark.parametrize(
@@ -333,7 +340,7 @@ def test_a_merged_state_restores_alike_with_any_worker_count() -> None:
         ds = virtual_shards(shard, V).mp_prefetch(MultiprocessingOptions(num_workers=workers))
         with iter(ds) as it:
             it.set_state(merged)
-            rests.append([(it.last_origin, x) for x in it])
+            rests.append([(_origin(it), x) for x in it])
     assert all(x // 100 == origin[0] for origin, x in rests[1]), rests[1]  # shard 2 as 6...
     assert rests[1] == rests[0]
 
@@ -349,7 +356,7 @@ def test_the_global_stream_is_every_shard_read_round_by_round() -> None:
     with iter(ds) as it:
         origins = []
         for _ in it:
-            origins.append(it.last_origin)
+            origins.append(_origin(it))
     assert origins == [(v, n) for n in range(3) for v in range(4) if n < 2 or v < 2]
 
 

@@ -105,7 +105,7 @@ def test_a_state_from_other_files_is_refused(tmp_path: Path) -> None:
         return write_array_record([f"{name}{i}" for i in range(32)], str(tmp_path / name))
 
     def over(paths: list[str]) -> IterDataset[Any]:
-        def shard(opts: ShardOptions) -> IterDataset[Any]:
+        def shard(opts: ShardOptions) -> MapDataset[Any]:
             source = MapDataset.source(ArrayRecordDataSource(paths))
             return source[opts.shard_index :: opts.shard_count].map(bytes.decode)
 
