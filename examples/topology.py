@@ -70,7 +70,7 @@ def make_shard(shard: chute.ShardOptions) -> chute.IterDataset:
 
 def pipeline(host: int, hosts: int, workers: int) -> chute.IterDataset:
     """Host ``host`` of ``hosts``: its shards (``v % hosts == host``), on ``workers`` workers."""
-    ds = chute.experimental.virtual_shards(
+    ds: chute.IterDataset = chute.experimental.virtual_shards(
         make_shard, SHARDS, shard_options=chute.ShardOptions(host, hosts)
     )
     if workers:
