@@ -479,7 +479,7 @@ def moved_on(state: dict[str, Any], rounds: int, sources: int) -> dict[str, Any]
             out["batches"] += rounds
         return out
 
-    return walk(state)  # type: ignore[no-any-return]
+    return walk(state)
 
 
 def far_state(chute: Any, near: dict[str, Any], rounds: int) -> dict[str, Any]:
@@ -530,7 +530,7 @@ def restore_child(which: str) -> dict[str, Any]:
     # Every sequence of it is one the shard's source holds near the saved position.
     start = _find(entry["state"], "to_iter_dataset")["next_index"]
     ids = chute.MapDataset.range(10**12)[shard::V].shuffle(seed=SEED)
-    near = {far_tokens(int(ids[j]))["inputs"].tobytes() for j in range(start, start + 2_000)}
+    near = {far_tokens(int(ids[j] or 0))["inputs"].tobytes() for j in range(start, start + 2_000)}
     found = all(
         row[seg == s].tobytes() in near
         for row, seg in zip(got["inputs"], got["inputs_segment_ids"])
