@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -118,31 +119,136 @@ def assert_resumes_exactly(
         )
     expected = _uninterrupted(built, elements)
     total, rng = len(expected), random.Random(seed)
+    check = _ShardedCheck(expected, elements is not None) if sharded else None
     got: list[Any] = []
     parts: list[tuple[str, int]] = []
     counts: list[tuple[int, ...]] = []
     state: Any = None
     for part in range(resumes + 1):
         topology = rng.choice(topologies)
-        left, last = total - len(got), part == resumes
-        steps = -(-left // topology.hosts) if last else _steps(rng, left, resumes - part, topology)
+        left = total - len(got)
+        if part < resumes:
+            steps = _steps(rng, left, resumes - part, topology)
+        elif elements is None:
+            steps = sys.maxsize  # to the end, however the hosts' shares came out
+        else:  # endless: enough for every host, however uneven their shares
+            steps = -(-left // topology.hosts) + _most_shards(built)
         outputs, states = _run_part(make_pipeline, topology, state, steps)
-        merged = _in_order(outputs) if sharded else outputs[0]
-        if elements is not None:  # an endless pipeline's last part may run past the count
-            merged = merged[: total - len(got)]
-        state = merge_states(states) if sharded else states[0]
+        last = part == resumes  # its state is not restored: the hosts may end unevenly
+        state = states[0] if not sharded else None if last else merge_states(states)
         start = len(got)
-        got.extend(merged)
+        if check is None:
+            merged = outputs[0][: total - start] if elements is not None else outputs[0]
+            got.extend(merged)
+            _compare(expected, got, start, part, topology)
+        else:
+            running = not last and _all_running(state)
+            merged = check.part(_in_order(outputs), part, topology, running)
+            got.extend(merged)
         parts.append((str(topology), len(merged)))
         counts.append(tuple(len(host) for host in outputs))
-        _compare(expected, got, start, part, topology, state)
         if len(got) >= total:
             break
-    if len(got) < total:
+    if check is not None:
+        check.finish()
+    elif len(got) < total:
         raise AssertionError(
             f"the resumed run ended after {len(got)} elements; the uninterrupted run has {total}."
         )
     return ResumeReport(total, tuple(parts), tuple(counts))
+
+
+class _ShardedCheck:
+    """The rest of a virtual-shards run against the uninterrupted one, part by part.
+
+    Every element is known by its origin ``(shard, n)``: each must come once,
+    equal to the uninterrupted run's.  While every shard runs, the hosts of a
+    part together yield the next elements of the global stream, so a part's
+    elements must also be the next ones in order; once a shard ran dry, hosts
+    stepping together reach later rounds at different paces (see
+    ``virtual_shards``) and only the first holds.
+    """
+
+    def __init__(self, expected: list[tuple[Any, Any]], cut: bool) -> None:
+        self.expected, self.cut = expected, cut
+        self.place = {origin: i for i, (origin, _) in enumerate(expected)}
+        self.seen: set[Any] = set()
+
+    def part(
+        self, merged: list[tuple[Any, Any]], part: int, topology: Topology, running: bool
+    ) -> list[tuple[Any, Any]]:
+        kept = []
+        for origin, element in merged:
+            i = self.place.get(origin)
+            if i is None:
+                if self.cut and _key(origin) > _key(self.expected[-1][0]):
+                    continue  # past the elements compared
+                raise AssertionError(
+                    f"after resume {part} on {topology}, virtual shard {origin[0]} yielded an "
+                    f"element {origin[1]} that the uninterrupted run never made: {element!r}."
+                )
+            if origin in self.seen:
+                raise AssertionError(
+                    f"element {i} came twice: again after resume {part} on {topology} "
+                    f"(virtual shard {origin[0]}, its element {origin[1]}): repeated data."
+                )
+            want = self.expected[i][1]
+            if not _same(want, element):
+                raise AssertionError(
+                    f"element {i} differs after resume {part} on {topology}: got {element!r} "
+                    f"(virtual shard {origin[0]}, its element {origin[1]}), the uninterrupted "
+                    f"run has {want!r} (virtual shard {origin[0]}, its element {origin[1]})."
+                )
+            kept.append((origin, element))
+        start = len(self.seen)
+        self.seen.update(origin for origin, _ in kept)
+        if running:
+            for j, (origin, element) in enumerate(kept):
+                want_at, want = self.expected[start + j]
+                if origin != want_at:
+                    raise AssertionError(
+                        f"element {start + j} is out of order after resume {part} on "
+                        f"{topology}: got {element!r} (virtual shard {origin[0]}, its element "
+                        f"{origin[1]}), the uninterrupted run has {want!r} (virtual shard "
+                        f"{want_at[0]}, its element {want_at[1]}) there."
+                    )
+        return kept
+
+    def finish(self) -> None:
+        lost = [i for i, (origin, _) in enumerate(self.expected) if origin not in self.seen]
+        if lost:
+            origin, element = self.expected[lost[0]]
+            raise AssertionError(
+                f"the resumed run lost {len(lost)} element(s); the first is element {lost[0]} "
+                f"(virtual shard {origin[0]}, its element {origin[1]}): {element!r}."
+            )
+
+
+def _key(origin: tuple[int, int]) -> tuple[int, int]:
+    """Where an element stands in the global stream: round ``n``, then shard."""
+    return (origin[1], origin[0])
+
+
+def _all_running(state: Any) -> bool:
+    """Whether no shard of a merged state ran dry."""
+    return not any(_dry_parts(state))
+
+
+def _dry_parts(state: Any) -> Any:
+    if isinstance(state, dict):
+        if state.get("stage") == "virtual_shards":
+            yield from (e["dry"] for e in state["shards"] if e is not None)
+        else:
+            for value in state.values():
+                yield from _dry_parts(value)
+    elif isinstance(state, list):
+        for value in state:
+            yield from _dry_parts(value)
+
+
+def _most_shards(ds: IterDataset[Any]) -> int:
+    vs = find_virtual_shards(ds)
+    return 0 if vs is None else vs.num_shards
 
 
 def _iter_dataset(ds: Any) -> IterDataset[Any]:
@@ -272,7 +378,7 @@ def _fork_context() -> Any:
 def _in_order(outputs: list[list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
     """The hosts' elements in the global order: by ``(n, shard)`` of their origins."""
     merged = [pair for host in outputs for pair in host]
-    merged.sort(key=lambda pair: (pair[0][1], pair[0][0]))
+    merged.sort(key=lambda pair: _key(pair[0]))
     return merged
 
 
@@ -282,27 +388,19 @@ def _compare(
     start: int,
     part: int,
     topology: Topology,
-    state: Any,
 ) -> None:
+    """A pipeline without virtual shards: its one host's elements, position by position."""
     for i in range(start, len(got)):
         if i >= len(expected):
             raise AssertionError(
-                f"part {part} on {topology} yielded element {i} (from {got[i][0]}), past the "
-                f"end of the uninterrupted run ({len(expected)} elements): repeated data."
+                f"part {part} on {topology} yielded element {i}, past the end of the "
+                f"uninterrupted run ({len(expected)} elements): repeated data."
             )
-        (want_at, want), (got_at, have) = expected[i], got[i]
-        if want_at != got_at or not _same(want, have):
-            where = (
-                "" if got_at is None else f" (virtual shard {got_at[0]}, its element {got_at[1]})"
-            )
-            should = (
-                ""
-                if want_at is None
-                else f" (virtual shard {want_at[0]}, its element {want_at[1]})"
-            )
+        want, have = expected[i][1], got[i][1]
+        if not _same(want, have):
             raise AssertionError(
-                f"element {i} differs after resume {part} on {topology}: got {have!r}{where}, "
-                f"the uninterrupted run has {want!r}{should}."
+                f"element {i} differs after resume {part} on {topology}: got {have!r}, the "
+                f"uninterrupted run has {want!r}."
             )
 
 

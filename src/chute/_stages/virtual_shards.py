@@ -363,10 +363,34 @@ def _merge_shards(parts: list[Any], where: str) -> dict[str, Any]:
                     "hosts saved at the same step."
                 )
             merged[v] = entry
-    rest = [{k: val for k, val in p.items() if k != "shards"} for p in parts]
+    # Hosts step together; one whose shards all ran dry stopped counting, and may lag.
+    running = {p.get("step") for p in parts if not _ended(p)}
+    if len(running) > 1:
+        shown = ", ".join(map(str, sorted(running, key=str)))
+        raise CheckpointError(
+            f"merge_states(): the hosts saved at different steps ({shown}) at {where}; merge "
+            "the states that every host saved after the same step."
+        )
+    steps = [p.get("step") for p in parts]
+    if not all(isinstance(n, int) for n in steps):
+        raise _unlike(where)
+    following = {p.get("next_shard") for p in parts}
+    kept = ("shards", "next_shard", "step")
+    rest = [{k: val for k, val in p.items() if k not in kept} for p in parts]
     if any(r != rest[0] for r in rest):
         raise _unlike(where)
-    return {**rest[0], "shards": merged}
+    return {
+        **rest[0],
+        "shards": merged,
+        "step": max(steps),
+        # Several hosts read several shards next: a restore finds its own from the turns.
+        "next_shard": following.pop() if len(following) == 1 else None,
+    }
+
+
+def _ended(state: Mapping[str, Any]) -> bool:
+    """Whether every shard that ``state`` holds ran dry."""
+    return all(e["dry"] for e in state["shards"] if isinstance(e, Mapping))
 
 
 def _unlike(where: str) -> CheckpointError:

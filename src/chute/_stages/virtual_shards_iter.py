@@ -21,15 +21,17 @@ each worker for exactly the shards it would read itself.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chute._core.dataset import DatasetIterator, IterDataset
 from chute._core.errors import CheckpointError, IteratorClosedError, WorkerDiedError, add_note
 from chute._core.nesting import inner_iterator, inner_iterators
 from chute._core.pipeline_context import iter_inside, join
-from chute._core.state_check import by_stage, fields, is_int, refuse, require
+from chute._core.state_check import by_stage, count, fields, is_int, refuse, require
+from chute._stages.prefetch import reads_inline
 
 __all__ = [
     "ShardRanDry",
@@ -50,6 +52,26 @@ class ShardRanDry:
     shard: int
 
 
+def _place_of(
+    following: int | None, ids: Sequence[int], taken: Sequence[int], dry: Sequence[bool]
+) -> int:
+    """The place in ``ids`` of the shard to read next after a restore.
+
+    ``following`` is the shard the saving iterator (a host, or the parent of
+    these workers) would have read next: the first live shard from it on, in
+    turn, is this one's.  A merge of several hosts' states names none; then
+    the first live shard with the fewest turns.
+    """
+    if following is None:
+        return next_turn(taken, dry)
+    start = bisect.bisect_left(ids, following)
+    for j in range(len(ids)):
+        k = (start + j) % len(ids)
+        if not dry[k]:
+            return k
+    return 0
+
+
 def next_turn(taken: Sequence[int], dry: Sequence[bool]) -> int:
     """The place of the next shard to read: the first live one with the fewest turns."""
     live = [t for t, d in zip(taken, dry) if not d]
@@ -63,7 +85,7 @@ class ShardTurns(DatasetIterator[Any]):
     """What both iterators share: the host's shard list, each shard's turns, the state."""
 
     _stage = _STAGE
-    _state_fields = fields(num_shards=by_stage, shards=by_stage)
+    _state_fields = fields(num_shards=by_stage, shards=by_stage, step=count(), next_shard=by_stage)
 
     #: ``(host, hosts)``: the host this iterator reads for (None: a worker's share).
     host: tuple[int, int] | None = None
@@ -78,6 +100,7 @@ class ShardTurns(DatasetIterator[Any]):
         self._taken = [0] * len(self._ids)
         self._dry = [False] * len(self._ids)
         self._k = 0
+        self._step = 0  # the turns this host had since the run began: the same on every host
         self._last: tuple[int, int] | None = None
 
     @property
@@ -94,6 +117,21 @@ class ShardTurns(DatasetIterator[Any]):
     def _advance(self) -> None:
         self._k = (self._k + 1) % len(self._ids)
 
+    def _took(self, k: int) -> None:
+        """Shard ``k`` had its turn (an element, or an error in its place)."""
+        self._taken[k] += 1
+        self._step += 1
+        self._advance()
+
+    def _next_shard(self) -> int | None:
+        """The shard read next (None: all ran dry)."""
+        count = len(self._ids)
+        for j in range(count):
+            k = (self._k + j) % count
+            if not self._dry[k]:
+                return self._ids[k]
+        return None
+
     def _note(self, exc: BaseException, k: int) -> None:
         add_note(
             exc,
@@ -109,7 +147,12 @@ class ShardTurns(DatasetIterator[Any]):
         shards: list[Any] = [None] * self._num_shards
         for k, (v, part) in enumerate(zip(self._ids, self._parts())):
             shards[v] = {"state": part, "taken": self._taken[k], "dry": self._dry[k]}
-        return self._state(num_shards=self._num_shards, shards=shards)
+        return self._state(
+            num_shards=self._num_shards,
+            shards=shards,
+            step=self._step,
+            next_shard=self._next_shard(),
+        )
 
     def _check_part(self, state: dict[str, Any], where: str) -> None:
         saved = state["num_shards"]
@@ -120,6 +163,10 @@ class ShardTurns(DatasetIterator[Any]):
                 "moves to other hosts and workers, not to another number of virtual shards. "
                 f"Build the pipeline with num_shards={saved!r}."
             )
+        following = state["next_shard"]
+        if following is not None and not is_int(following, self._num_shards - 1):
+            expected = f"None or a shard number below {self._num_shards}"
+            raise refuse(self, "next_shard", f"{where}['next_shard']", expected, following)
         shards = state["shards"]
         if not isinstance(shards, list) or len(shards) != self._num_shards:
             expected = f"a list of {self._num_shards} entries, one per virtual shard"
@@ -146,7 +193,8 @@ class ShardTurns(DatasetIterator[Any]):
         parts = [state["shards"][v] for v in self._ids]
         self._taken = [int(p["taken"]) for p in parts]
         self._dry = [bool(p["dry"]) for p in parts]
-        self._k = next_turn(self._taken, self._dry)
+        self._k = _place_of(state["next_shard"], self._ids, self._taken, self._dry)
+        self._step = int(state["step"])
         self._last = None
         return [p["state"] for p in parts]
 
@@ -163,9 +211,14 @@ class ShardsIterator(ShardTurns):
     ) -> None:
         super().__init__(shards, num_shards, ())
         context = join(self)  # the options set around this stage reach the shards' stages
-        with inner_iterators():  # the whole's state describes them: no fingerprints
+        # No fingerprints: the whole's state describes them.  Reads inline: the shards take
+        # turns a few elements at a time, and workers, not threads, read them in parallel.
+        with inner_iterators(), reads_inline():
             self._parents = tuple(iter_inside(context, shards[v]) for v in self._ids)
         self._report_dry = report_dry
+        # Each shard's state as last read: only the shard whose turn it was changes, and a
+        # worker sends the state with every element.
+        self._saved: list[Any] = [None] * len(self._ids)
 
     def __next__(self) -> Any:
         for _ in range(len(self._ids)):
@@ -177,6 +230,7 @@ class ShardsIterator(ShardTurns):
                 element = next(self._parents[k])
             except StopIteration:
                 self._dry[k] = True
+                self._saved[k] = None
                 self._advance()
                 if self._report_dry:
                     return ShardRanDry(self._ids[k])
@@ -184,21 +238,26 @@ class ShardsIterator(ShardTurns):
             except (WorkerDiedError, IteratorClosedError):
                 raise
             except Exception as exc:  # the failing element took the shard's turn
-                self._taken[k] += 1
-                self._advance()
+                self._saved[k] = None
+                self._took(k)
                 self._note(exc, k)
                 raise
+            self._saved[k] = None
             self._last = (self._ids[k], self._taken[k])
-            self._taken[k] += 1
-            self._advance()
+            self._took(k)
             return element
         raise StopIteration
 
     def _parts(self) -> list[dict[str, Any]]:
-        return [it.get_state() for it in self._parents]
+        saved = self._saved
+        for k, part in enumerate(saved):
+            if part is None:
+                saved[k] = self._parents[k].get_state()
+        return list(saved)
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "num_shards", "shards")
+        self._saved = [None] * len(self._ids)
         for it, part in zip(self._parents, self._apply_positions(state)):
             it.set_state(part)
 
@@ -213,15 +272,25 @@ class WorkerShards(IterDataset[Any]):
     def __iter__(self) -> DatasetIterator[Any]:
         return ShardsIterator(self._shards, self._num_shards, report_dry=True)
 
+    def stacked_by(self, stack_batches: Callable[[Any, Any], Any], leaves_fn: Any) -> WorkerShards:
+        """A copy whose shards' batches have their leaves combined by ``leaves_fn``, where
+        ``stack_batches`` can (a worker's shared-memory ring: ``leaves_stacked_by``)."""
+        shards = {v: stack_batches(ds, leaves_fn) for v, ds in self._shards.items()}
+        return WorkerShards(shards, self._num_shards)
+
     def _describe(self) -> str:
         return f"virtual shards {_few(sorted(self._shards))} of {self._num_shards}"
 
 
-def split_state(state: dict[str, Any], shards: Sequence[int]) -> dict[str, Any]:
-    """The part of a (whole or merged) state that describes ``shards`` only."""
+def split_state(
+    state: dict[str, Any], shards: Sequence[int], following: int | None
+) -> dict[str, Any]:
+    """The part of a (whole or merged) state that describes ``shards`` only, for a worker
+    whose parent reads shard ``following`` next."""
     mine = set(shards)
     parts = [p if v in mine else None for v, p in enumerate(state["shards"])]
-    return {**{k: v for k, v in state.items() if k != "fingerprint"}, "shards": parts}
+    kept = {k: v for k, v in state.items() if k != "fingerprint"}
+    return {**kept, "shards": parts, "next_shard": following}
 
 
 def _few(numbers: Sequence[int]) -> str:

@@ -47,7 +47,7 @@ class PooledShardsIterator(ShardTurns):
                 seed=worker_seeds.worker_seed(base, i),
                 worker_init_fn=ds._init_fn,
                 restart=ds._options.restart_workers,
-                stack_batches=leaves_stacked_by,
+                stack_batches=_stacked_by,
             )
             for i, mine in enumerate(self._dealt)
         )
@@ -71,16 +71,14 @@ class PooledShardsIterator(ShardTurns):
             except (WorkerDiedError, IteratorClosedError):
                 raise  # the turn stays: a restore goes on there
             except Exception:  # the worker noted the shard; the element took its turn
-                self._taken[k] += 1
-                self._advance()
+                self._took(k)
                 raise
             if isinstance(element, ShardRanDry):
                 self._dry[k] = True
                 self._advance()
                 continue
             self._last = (self._ids[k], self._taken[k])
-            self._taken[k] += 1
-            self._advance()
+            self._took(k)
             return element
         raise StopIteration
 
@@ -95,8 +93,9 @@ class PooledShardsIterator(ShardTurns):
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "num_shards", "shards")
         self._apply_positions(state)
+        following = self._next_shard()  # each worker starts at its first shard from there on
         for worker, mine in zip(self._parents, self._dealt):
-            worker.set_state(split_state(state, mine))
+            worker.set_state(split_state(state, mine, following))
 
     def close(self) -> None:
         """Tells every worker to stop, then waits for each."""
@@ -104,3 +103,10 @@ class PooledShardsIterator(ShardTurns):
             if isinstance(worker, Worker):
                 worker.begin_stop()
         super().close()
+
+
+def _stacked_by(dataset: Any, leaves_fn: Any) -> Any:
+    """A worker's shards, each of whose default batches is stacked into the worker's ring."""
+    if isinstance(dataset, WorkerShards):
+        return dataset.stacked_by(leaves_stacked_by, leaves_fn)
+    return leaves_stacked_by(dataset, leaves_fn)
