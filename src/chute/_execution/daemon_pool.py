@@ -63,8 +63,8 @@ class DaemonPool:
                     name=f"{self._prefix}_{len(self._threads)}",
                     daemon=True,
                 )
+                thread.start()  # listed once started: an interrupted start leaves no thread to join
                 self._threads.append(thread)
-                thread.start()
             else:
                 self._idle -= 1 if self._idle else 0
         return future
