@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.dataset import IterDataset, MapDataset
 from chute._core.errors import CheckpointError
 from chute._core.fingerprint import digest, fingerprint
 from chute._core.options import MultiprocessingOptions, RayExecutor
@@ -33,7 +33,7 @@ from chute._core.validate import check_callable, check_int
 from chute._execution import launch, processes, ray_cluster, worker_seeds
 from chute._stages.mp_prefetch import MultiprocessPrefetchIterDataset
 from chute._stages.mp_prefetch import mp_prefetch as mp_prefetch_stage
-from chute._stages.virtual_shards_iter import ShardsIterator
+from chute._stages.virtual_shards_iter import ShardsIterator, ShardTurns
 from chute._stages.virtual_shards_pool import PooledShardsIterator
 
 __all__ = [
@@ -200,7 +200,7 @@ class VirtualShardsIterDataset(IterDataset[Any]):
         self._iterators_made += 1
         return worker_seeds.base_seed(derive_seed(self), epoch)
 
-    def __iter__(self) -> DatasetIterator[Any]:
+    def __iter__(self) -> ShardTurns:
         ids, workers = self.host_shards, self._worker_count()
         it: PooledShardsIterator | ShardsIterator
         if workers:
