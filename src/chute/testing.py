@@ -17,6 +17,7 @@ fork; their workers are real Ray actors.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
 import random
 import sys
 from collections.abc import Callable
@@ -344,14 +345,23 @@ def _run_part(make_pipeline: Any, topology: Topology, state: Any, steps: int) ->
 
 
 def _in_processes(make_pipeline: Any, topology: Topology, state: Any, steps: int) -> list[Any]:
-    method = processes.start_method()
-    ctx = processes.context() if method == "forkserver" else _fork_context()
+    """Each host in a process of its own, started as chute starts its workers (forked when
+    safe, else from the fork server, never re-running the user's ``__main__``), but not
+    daemonic: a host starts worker processes of its own."""
+    kind = (
+        processes.ForkedWorkerProcess
+        if processes.start_method() == "fork"
+        else processes.WorkerProcess
+    )
     pickled = processes.dumps(make_pipeline)
     started = []
     for host in range(topology.hosts):
-        receive, send = ctx.Pipe(duplex=False)
-        process = ctx.Process(
-            target=_in_child, args=(send, pickled, topology, host, state, steps), daemon=False
+        receive, send = multiprocessing.Pipe(duplex=False)
+        process = kind(
+            target=_in_child,
+            args=(send, pickled, topology, host, state, steps),
+            name=f"chute-host-{host}",
+            daemon=False,
         )
         process.start()
         send.close()
@@ -359,20 +369,14 @@ def _in_processes(make_pipeline: Any, topology: Topology, state: Any, steps: int
     results = []
     for host, (receive, process) in enumerate(started):
         try:
-            kind, value = receive.recv()
+            kind_, value = receive.recv()
         except EOFError:
-            kind, value = "error", f"the host process died (exit code {process.exitcode})"
+            kind_, value = "error", f"the host process died (exit code {process.exitcode})"
         process.join()
-        if kind == "error":
+        if kind_ == "error":
             raise AssertionError(f"host {host} of {topology} failed: {value}")
         results.append(value)
     return results
-
-
-def _fork_context() -> Any:
-    import multiprocessing
-
-    return multiprocessing.get_context("fork")
 
 
 def _in_order(outputs: list[list[tuple[Any, Any]]]) -> list[tuple[Any, Any]]:
