@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +39,7 @@ __all__ = [
     "ShardTurns",
     "ShardsIterator",
     "WorkerShards",
+    "decoded",
     "next_turn",
     "split_state",
 ]
@@ -186,7 +188,7 @@ class ShardTurns(DatasetIterator[Any]):
             require(self, is_int(part["taken"]), at, f"taken={part['taken']!r} is not a count")
             require(self, isinstance(part["dry"], bool), at, f"dry={part['dry']!r} is not a bool")
             with inner_iterator(self._datasets[v]) as shard:
-                shard._validate_state(part["state"], f"{at}['state']")
+                shard._validate_state(decoded(part["state"], f"{at}['state']"), f"{at}['state']")
 
     def _apply_positions(self, state: dict[str, Any]) -> list[Any]:
         """Takes the turns and dry flags of ``state``; returns this iterator's shards' states."""
@@ -196,7 +198,7 @@ class ShardTurns(DatasetIterator[Any]):
         self._k = _place_of(state["next_shard"], self._ids, self._taken, self._dry)
         self._step = int(state["step"])
         self._last = None
-        return [p["state"] for p in parts]
+        return [decoded(p["state"], "state") for p in parts]
 
 
 class ShardsIterator(ShardTurns):
@@ -248,11 +250,14 @@ class ShardsIterator(ShardTurns):
             return element
         raise StopIteration
 
-    def _parts(self) -> list[dict[str, Any]]:
+    def _parts(self) -> list[Any]:
         saved = self._saved
         for k, part in enumerate(saved):
             if part is None:
-                saved[k] = self._parents[k].get_state()
+                part = self._parents[k].get_state()
+                # A worker's state travels with every element: its shards' parts as JSON
+                # text, made once per turn, pickle as fast as the strings they are.
+                saved[k] = json.dumps(part, separators=(",", ":")) if self._report_dry else part
         return list(saved)
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -291,6 +296,19 @@ def split_state(
     parts = [p if v in mine else None for v, p in enumerate(state["shards"])]
     kept = {k: v for k, v in state.items() if k != "fingerprint"}
     return {**kept, "shards": parts, "next_shard": following}
+
+
+def decoded(part: Any, where: str) -> Any:
+    """A shard's state part; a worker's states hold them as JSON text (``ShardsIterator``)."""
+    if not isinstance(part, str):
+        return part
+    try:
+        return json.loads(part)
+    except ValueError:
+        raise CheckpointError(
+            f"virtual_shards.set_state(): {where} is text that is not a shard's state; pass "
+            "the state that get_state() returned, unchanged."
+        ) from None
 
 
 def _few(numbers: Sequence[int]) -> str:

@@ -19,7 +19,13 @@ from chute._core.pipeline_context import carrying, join, without_budget
 from chute._execution import launch, worker_seeds
 from chute._execution.worker import Worker
 from chute._stages.batch import leaves_stacked_by
-from chute._stages.virtual_shards_iter import ShardRanDry, ShardTurns, WorkerShards, split_state
+from chute._stages.virtual_shards_iter import (
+    ShardRanDry,
+    ShardTurns,
+    WorkerShards,
+    decoded,
+    split_state,
+)
 
 if TYPE_CHECKING:
     from chute._stages.virtual_shards import VirtualShardsIterDataset
@@ -87,7 +93,7 @@ class PooledShardsIterator(ShardTurns):
         for worker in self._parents:
             for v, part in enumerate(worker.get_state()["shards"]):
                 if part is not None:
-                    by_shard[v] = part["state"]
+                    by_shard[v] = decoded(part["state"], f"worker state['shards'][{v}]")
         return [by_shard[v] for v in self._ids]
 
     def set_state(self, state: dict[str, Any]) -> None:
