@@ -39,7 +39,7 @@ __all__ = [
     "ShardTurns",
     "ShardsIterator",
     "WorkerShards",
-    "decoded",
+    "entries_of",
     "next_turn",
     "split_state",
 ]
@@ -146,15 +146,19 @@ class ShardTurns(DatasetIterator[Any]):
         raise NotImplementedError
 
     def get_state(self) -> dict[str, Any]:
-        shards: list[Any] = [None] * self._num_shards
-        for k, (v, part) in enumerate(zip(self._ids, self._parts())):
-            shards[v] = {"state": part, "taken": self._taken[k], "dry": self._dry[k]}
         return self._state(
             num_shards=self._num_shards,
-            shards=shards,
+            shards=self._entries(),
             step=self._step,
             next_shard=self._next_shard(),
         )
+
+    def _entries(self) -> Any:
+        """One entry per virtual shard: this iterator's shards' ``{"state", "taken", "dry"}``."""
+        shards: list[Any] = [None] * self._num_shards
+        for k, (v, part) in enumerate(zip(self._ids, self._parts())):
+            shards[v] = {"state": part, "taken": self._taken[k], "dry": self._dry[k]}
+        return shards
 
     def _check_part(self, state: dict[str, Any], where: str) -> None:
         saved = state["num_shards"]
@@ -169,7 +173,7 @@ class ShardTurns(DatasetIterator[Any]):
         if following is not None and not is_int(following, self._num_shards - 1):
             expected = f"None or a shard number below {self._num_shards}"
             raise refuse(self, "next_shard", f"{where}['next_shard']", expected, following)
-        shards = state["shards"]
+        shards = entries_of(state, where)
         if not isinstance(shards, list) or len(shards) != self._num_shards:
             expected = f"a list of {self._num_shards} entries, one per virtual shard"
             raise refuse(self, "shards", f"{where}['shards']", expected, shards)
@@ -188,17 +192,18 @@ class ShardTurns(DatasetIterator[Any]):
             require(self, is_int(part["taken"]), at, f"taken={part['taken']!r} is not a count")
             require(self, isinstance(part["dry"], bool), at, f"dry={part['dry']!r} is not a bool")
             with inner_iterator(self._datasets[v]) as shard:
-                shard._validate_state(decoded(part["state"], f"{at}['state']"), f"{at}['state']")
+                shard._validate_state(part["state"], f"{at}['state']")
 
     def _apply_positions(self, state: dict[str, Any]) -> list[Any]:
         """Takes the turns and dry flags of ``state``; returns this iterator's shards' states."""
-        parts = [state["shards"][v] for v in self._ids]
+        entries = entries_of(state, "state")
+        parts = [entries[v] for v in self._ids]
         self._taken = [int(p["taken"]) for p in parts]
         self._dry = [bool(p["dry"]) for p in parts]
         self._k = _place_of(state["next_shard"], self._ids, self._taken, self._dry)
         self._step = int(state["step"])
         self._last = None
-        return [decoded(p["state"], "state") for p in parts]
+        return [p["state"] for p in parts]
 
 
 class ShardsIterator(ShardTurns):
@@ -221,6 +226,7 @@ class ShardsIterator(ShardTurns):
         # Each shard's state as last read: only the shard whose turn it was changes, and a
         # worker sends the state with every element.
         self._saved: list[Any] = [None] * len(self._ids)
+        self._text: list[str | None] = [None] * len(self._ids)  # a worker's entries, as JSON
 
     def __next__(self) -> Any:
         for _ in range(len(self._ids)):
@@ -232,7 +238,7 @@ class ShardsIterator(ShardTurns):
                 element = next(self._parents[k])
             except StopIteration:
                 self._dry[k] = True
-                self._saved[k] = None
+                self._saved[k] = self._text[k] = None
                 self._advance()
                 if self._report_dry:
                     return ShardRanDry(self._ids[k])
@@ -240,11 +246,11 @@ class ShardsIterator(ShardTurns):
             except (WorkerDiedError, IteratorClosedError):
                 raise
             except Exception as exc:  # the failing element took the shard's turn
-                self._saved[k] = None
+                self._saved[k] = self._text[k] = None
                 self._took(k)
                 self._note(exc, k)
                 raise
-            self._saved[k] = None
+            self._saved[k] = self._text[k] = None
             self._last = (self._ids[k], self._taken[k])
             self._took(k)
             return element
@@ -254,15 +260,28 @@ class ShardsIterator(ShardTurns):
         saved = self._saved
         for k, part in enumerate(saved):
             if part is None:
-                part = self._parents[k].get_state()
-                # A worker's state travels with every element: its shards' parts as JSON
-                # text, made once per turn, pickle as fast as the strings they are.
-                saved[k] = json.dumps(part, separators=(",", ":")) if self._report_dry else part
+                saved[k] = self._parents[k].get_state()
         return list(saved)
+
+    def _entries(self) -> Any:
+        """A worker sends its state with every element: its entries go as one JSON text,
+        each shard's part of it made again only after that shard's turn."""
+        if not self._report_dry:
+            return super()._entries()
+        texts, parts = self._text, self._parts()
+        for k, text in enumerate(texts):
+            if text is None:
+                entry = {"state": parts[k], "taken": self._taken[k], "dry": self._dry[k]}
+                texts[k] = json.dumps(entry, separators=(",", ":"))
+        pieces = ["null"] * self._num_shards
+        for v, text in zip(self._ids, texts):
+            pieces[v] = text
+        return "[" + ",".join(pieces) + "]"
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "num_shards", "shards")
         self._saved = [None] * len(self._ids)
+        self._text = [None] * len(self._ids)
         for it, part in zip(self._parents, self._apply_positions(state)):
             it.set_state(part)
 
@@ -293,21 +312,22 @@ def split_state(
     """The part of a (whole or merged) state that describes ``shards`` only, for a worker
     whose parent reads shard ``following`` next."""
     mine = set(shards)
-    parts = [p if v in mine else None for v, p in enumerate(state["shards"])]
+    parts = [p if v in mine else None for v, p in enumerate(entries_of(state, "state"))]
     kept = {k: v for k, v in state.items() if k != "fingerprint"}
     return {**kept, "shards": parts, "next_shard": following}
 
 
-def decoded(part: Any, where: str) -> Any:
-    """A shard's state part; a worker's states hold them as JSON text (``ShardsIterator``)."""
-    if not isinstance(part, str):
-        return part
+def entries_of(state: Any, where: str) -> Any:
+    """A state's ``"shards"`` entries; a worker's state holds them as JSON text."""
+    entries = state["shards"]
+    if not isinstance(entries, str):
+        return entries
     try:
-        return json.loads(part)
+        return json.loads(entries)
     except ValueError:
         raise CheckpointError(
-            f"virtual_shards.set_state(): {where} is text that is not a shard's state; pass "
-            "the state that get_state() returned, unchanged."
+            f"virtual_shards.set_state(): {where}['shards'] is text that is not a list of "
+            "shard entries; pass the state that get_state() returned, unchanged."
         ) from None
 
 

@@ -23,7 +23,7 @@ from chute._stages.virtual_shards_iter import (
     ShardRanDry,
     ShardTurns,
     WorkerShards,
-    decoded,
+    entries_of,
     split_state,
 )
 
@@ -91,9 +91,9 @@ class PooledShardsIterator(ShardTurns):
     def _parts(self) -> list[Any]:
         by_shard: dict[int, Any] = {}
         for worker in self._parents:
-            for v, part in enumerate(worker.get_state()["shards"]):
+            for v, part in enumerate(entries_of(worker.get_state(), "worker state")):
                 if part is not None:
-                    by_shard[v] = decoded(part["state"], f"worker state['shards'][{v}]")
+                    by_shard[v] = part["state"]
         return [by_shard[v] for v in self._ids]
 
     def set_state(self, state: dict[str, Any]) -> None:
