@@ -49,8 +49,17 @@ STAGE = "virtual_shards"
 
 
 class VirtualShardsIterDataset(IterDataset[Any]):
-    """``num_shards`` virtual shards of ``make_shard``'s pipeline, this host's part read in
-    the fixed global order (see ``chute.experimental.virtual_shards``)."""
+    """Virtual shards of one pipeline, this host's part read in the fixed global order.
+
+    Built by ``chute.experimental.virtual_shards``, which says how shards, hosts,
+    workers and states fit together.
+
+    Args:
+      make_shard: Builds virtual shard ``v``'s whole pipeline from
+        ``ShardOptions(shard_index=v, shard_count=num_shards, drop_remainder=True)``.
+      num_shards: The number of virtual shards, fixed for the life of a run.
+      shard_options: This host's index and the host count (None: one host).
+    """
 
     def __init__(
         self,
@@ -157,7 +166,16 @@ class VirtualShardsIterDataset(IterDataset[Any]):
         worker_init_fn: Callable[[int, int], None] | None = None,
         executor: RayExecutor | None = None,
     ) -> VirtualShardsIterDataset:
-        """A copy whose host shares its shards among ``options.num_workers`` workers."""
+        """A copy whose host shares its shards among ``options.num_workers`` workers.
+
+        Args:
+          options: The worker count and buffers, as for ``mp_prefetch``.
+          worker_init_fn: Runs in each worker before its shards.
+          executor: None for local worker processes, a ``RayExecutor`` for Ray actors.
+
+        Returns:
+          The copy; this dataset is unchanged.
+        """
         if not isinstance(options, MultiprocessingOptions):
             raise TypeError(
                 f"mp_prefetch() takes a chute.MultiprocessingOptions (got {options!r})."
@@ -172,7 +190,14 @@ class VirtualShardsIterDataset(IterDataset[Any]):
         return copied
 
     def on_host(self, shard_options: ShardOptions | None) -> VirtualShardsIterDataset:
-        """A copy that runs on host ``shard_options.shard_index`` of ``shard_count``."""
+        """A copy that runs on host ``shard_options.shard_index`` of ``shard_count``.
+
+        Args:
+          shard_options: The host's index and the host count (None: one host).
+
+        Returns:
+          The copy; this dataset is unchanged.
+        """
         copied = copy.copy(self)
         copied._host = copied._place(shard_options)
         copied._iterators_made = 0
@@ -231,8 +256,7 @@ def virtual_shards(
     *,
     shard_options: ShardOptions | None = None,
 ) -> VirtualShardsIterDataset:
-    """A pipeline split into ``num_shards`` virtual shards, whose checkpoints move between
-    topologies.
+    """A pipeline in ``num_shards`` virtual shards, whose checkpoints move between topologies.
 
     ``make_shard(shard)`` builds the whole pipeline of one virtual shard, where
     ``shard`` is a ``ShardOptions(shard_index=v, shard_count=num_shards,
@@ -248,6 +272,19 @@ def virtual_shards(
     A state from ``get_state()`` holds this host's shards; merge every host's
     with ``merge_states`` and any topology resumes from the merge exactly where
     the run stopped.
+
+    Args:
+      make_shard: Builds one virtual shard's whole pipeline from its ``ShardOptions``.
+      num_shards: The number of virtual shards, fixed for the life of a run.
+      shard_options: This host's index and the host count (None: one host).
+
+    Returns:
+      The dataset of this host's part of the global stream.
+
+    Raises:
+      ValueError: ``num_shards`` is not a multiple of the host count, or a shard's
+        pipeline runs ``mp_prefetch`` before other stages.
+      TypeError: ``make_shard`` returns something other than a dataset.
 
     >>> import chute
     >>> def shard(opts):
@@ -312,6 +349,12 @@ def merge_states(states: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     and every host of any topology restores from it.  The states must be
     alike elsewhere (the stages after ``virtual_shards`` hold no host
     positions of their own) and each shard may come from one host only.
+
+    Args:
+      states: Every host's ``get_state()``, saved after the same step.
+
+    Returns:
+      The merged state.
 
     Raises:
       CheckpointError: the states are not all from one pipeline's hosts.

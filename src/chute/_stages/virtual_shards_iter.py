@@ -275,7 +275,7 @@ class ShardsIterator(ShardTurns):
                 texts[k] = json.dumps(entry, separators=(",", ":"))
         pieces = ["null"] * self._num_shards
         for v, text in zip(self._ids, texts):
-            pieces[v] = text
+            pieces[v] = text or "null"  # (every text was just made)
         return "[" + ",".join(pieces) + "]"
 
     def set_state(self, state: dict[str, Any]) -> None:
