@@ -35,6 +35,7 @@ from chute._stages.flat_map import FlatMapIterDataset, FlatMapMapDataset
 from chute._stages.interleave import InterleaveIterDataset
 from chute._stages.limit import LimitIterDataset
 from chute._stages.mix import DatasetSelectionMap
+from chute._stages.mix_weights import WeightSchedule, set_mix_weights
 from chute._stages.multithread_prefetch import multithread_prefetch
 from chute._stages.next_index import get_next_index, set_next_index
 from chute._stages.packing_fit import BestFitPackIterDataset, FirstFitPackIterDataset
@@ -83,6 +84,7 @@ __all__ = [
     "ThreadPrefetchDatasetIterator",
     "ThreadPrefetchIterDataset",
     "VirtualShardsIterDataset",
+    "WeightSchedule",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
     "WithOptionsIterDataset",
@@ -100,6 +102,7 @@ __all__ = [
     "merge_states",
     "multithread_prefetch",
     "pick_performance_config",
+    "set_mix_weights",
     "set_next_index",
     "skip_errors",
     "to_torch",

@@ -14,8 +14,9 @@ import numpy as np
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.errors import CheckpointError
 from chute._core.pipeline_context import iter_inside, join
-from chute._core.state_check import count, fields, flag, refuse
+from chute._core.state_check import count, fields, flag, optional, refuse
 from chute._stages.mix import _check_parents, _check_weights, _proportions, _select
+from chute._stages.mix_weights import NEVER, WeightSchedule, ordered_weights
 
 _BLOCK = 512  # turns an iterator works out at a time
 
@@ -31,7 +32,7 @@ def _iter_inputs(datasets: Any, weights: Any, where: str) -> tuple[list[str] | N
     keys = [str(key) for key in datasets]
     if len(set(keys)) != len(keys):
         raise ValueError(f"{where}: dataset names must differ as strings (got {list(datasets)}).")
-    if isinstance(weights, Mapping):
+    if isinstance(weights, Mapping) and not isinstance(weights, WeightSchedule):
         if set(weights) != set(datasets):
             raise ValueError(
                 f"{where}: weights must have the same keys as datasets "
@@ -59,16 +60,31 @@ class MixedIterDataset(IterDataset[Any]):
 
     def __init__(self, datasets: Any, weights: Any = None) -> None:
         where = "IterDataset.mix()"
-        keys, parents, weights = _iter_inputs(datasets, weights, where)
+        if callable(weights) and not isinstance(weights, WeightSchedule):
+            weights = WeightSchedule(fn=weights)
+        schedule = weights if isinstance(weights, WeightSchedule) else None
+        keys, parents, weights = _iter_inputs(datasets, None if schedule else weights, where)
         super().__init__(parents)
         self._keys = keys
-        self._props = _proportions(_check_weights(weights, len(parents), where), where)
+        self._schedule = schedule
+        for step, points in schedule.all_points() if schedule else ():
+            ordered_weights(points, keys, len(parents), f"{where}: the schedule at step {step}")
+        if schedule is None:
+            self._props = _proportions(_check_weights(weights, len(parents), where), where)
+        else:
+            self._props = _proportions(self._weights(schedule.at(0)[0], "at step 0"), where)
+
+    def _weights(self, weights: Any, when: str) -> list[float]:
+        """``weights`` checked and in the datasets' order; ``when`` names them for errors."""
+        return ordered_weights(weights, self._keys, len(self._parents), f"mix weights {when}")
 
     def __iter__(self) -> DatasetIterator[Any]:
         return _MixIterator(self)
 
     def _describe(self) -> str:
         names = f"{self._keys}, " if self._keys is not None else ""
+        if self._schedule is not None:
+            return f"{names}{len(self._parents)} datasets, {self._schedule!r}"
         return f"{names}{len(self._parents)} datasets, proportions={list(self._props)}"
 
 
@@ -91,9 +107,32 @@ def _dataset_states(it: _MixIterator, key: str, value: Any, where: str) -> None:
             it._parents[k]._validate_state(part, place)
 
 
+def _select_one(props: tuple[int, ...], index: int) -> int:
+    """The dataset of mix element ``index`` for ``props``: ``_select`` for one index."""
+    left = sum(props)
+    rem = index % left
+    for k, p in enumerate(props[:-1]):
+        taken = -((-rem * p) // left)
+        if -((-(rem + 1) * p) // left) > taken:
+            return k
+        rem -= taken
+        left -= p
+    return len(props) - 1
+
+
+def _live_weights(it: _MixIterator, key: str, value: Any, where: str) -> None:
+    """The weights set on the running mix (``set_mix_weights``): one per dataset."""
+    try:
+        it._ds._weights(value, "in the state")
+    except (TypeError, ValueError) as exc:
+        raise refuse(it, key, where, f"one weight per dataset ({exc})", value) from None
+
+
 class _MixIterator(DatasetIterator[Any]):
     _stage = "mix"
-    _state_fields = fields(parents=_dataset_states, index=count(), stop=flag)
+    _state_fields = fields(
+        parents=_dataset_states, index=count(), stop=flag, weights=optional(_live_weights)
+    )
 
     def __init__(self, ds: MixedIterDataset) -> None:
         super().__init__([iter(parent) for parent in ds._parents])
@@ -101,21 +140,58 @@ class _MixIterator(DatasetIterator[Any]):
         self._index = 0  # selections made so far
         self._stop = False
         self._block_start, self._block = 0, np.empty(0, dtype=np.int64)
+        self._live: list[float] | None = None  # weights set on the running mix
+        self._counts = [0] * len(self._parents)  # elements each dataset gave (statistics)
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """Elements each dataset gave this iterator since it was built or restored."""
+        return tuple(self._counts)
+
+    @property
+    def weights(self) -> list[float]:
+        """The weights in force for the next element, in the datasets' order."""
+        if self._live is not None:
+            return list(self._live)
+        if self._ds._schedule is None:
+            return [float(p) for p in self._ds._props]
+        return self._ds._weights(self._ds._schedule.at(self._index)[0], "now")
+
+    def set_weights(self, weights: Any) -> None:
+        """Uses ``weights`` from the next element on (None: the mix's own again)."""
+        self._live = None if weights is None else self._ds._weights(weights, "set on the mix")
+        self._block = np.empty(0, dtype=np.int64)  # the next turn is worked out anew
+
+    def _props_at(self, index: int) -> tuple[tuple[int, ...], float]:
+        """The proportions in force at ``index`` and the index from which they may change."""
+        ds = self._ds
+        if self._live is not None:
+            return _proportions(self._live, "mix weights"), NEVER
+        if ds._schedule is None:
+            return ds._props, NEVER
+        weights, until = ds._schedule.at(index)
+        return _proportions(ds._weights(weights, f"at step {index}"), "mix weights"), until
 
     def _turn(self, index: int) -> int:
         """The dataset that yields mix element ``index``."""
         offset = index - self._block_start
         if not 0 <= offset < len(self._block):
+            props, until = self._props_at(index)
+            size = int(min(_BLOCK, until - index))
+            if size == 1:  # weights that change every step: one turn, without numpy
+                return _select_one(props, index)
             self._block_start, offset = index, 0
-            indices = np.arange(index, index + _BLOCK, dtype=np.int64)
-            self._block = _select(self._ds._props, indices)[0]
+            indices = np.arange(index, index + size, dtype=np.int64)
+            self._block = _select(props, indices)[0]
         return int(self._block[offset])
 
     def __next__(self) -> Any:
         if self._stop:
             raise StopIteration
-        parent = self._parents[self._turn(self._index)]
+        turn = self._turn(self._index)
+        parent = self._parents[turn]
         self._index += 1
+        self._counts[turn] += 1
         try:
             return next(parent)
         except StopIteration:
@@ -126,10 +202,16 @@ class _MixIterator(DatasetIterator[Any]):
         states = [parent.get_state() for parent in self._parents]
         keys = self._ds._keys
         parents = states if keys is None else dict(zip(keys, states))
-        return self._state(parents=parents, index=self._index, stop=self._stop)
+        if self._live is None:  # the state Grain writes, as long as no weights were set live
+            return self._state(parents=parents, index=self._index, stop=self._stop)
+        return self._state(parents=parents, index=self._index, stop=self._stop, weights=self._live)
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "parents", "index", "stop")
+        live = state.get("weights")
+        self._live = None if live is None else self._ds._weights(live, "in the state")
+        self._block = np.empty(0, dtype=np.int64)
+        self._counts = [0] * len(self._parents)
         for k, (_, parent_state) in enumerate(self._named_parts(state["parents"])):
             if parent_state is None:  # a dataset the checkpoint does not name starts anew
                 self._restart(k)

@@ -1,0 +1,169 @@
+"""Mixture weights that change during a run: on a schedule, or set on the running iterator.
+
+``IterDataset.mix(datasets, weights)`` takes, beside fixed weights, a
+``WeightSchedule``: weights that hold from given steps on (a curriculum), or a
+function of the step, evaluated every ``every`` steps.  The step is the mix's
+own element count, the ``index`` its state already holds, so a resumed run
+goes on with the schedule where it was.  ``set_mix_weights(iterator, weights)``
+changes the weights of a running mix from its next element on; the change is
+in the state, so it holds after a restore.
+
+Whatever the weights, element ``k`` comes from the source that Grain's pattern
+(``chute._stages.mix``) picks at position ``k`` for the weights in force at
+``k``: the pattern is deterministic and even in every stretch of it, so each
+source's share in any window stays at its weight, and a change takes effect at
+once.  Each source keeps its own iterator, so a change never drops or repeats
+an element.  Grain continues the new weights' pattern from position ``k`` in
+the same way when a checkpoint is restored into a mix with other weights.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from chute._core.pipeline_walk import pipeline_nodes
+from chute._core.validate import check_callable, check_int
+from chute._execution.worker import Worker
+from chute._stages.mix import _check_weights
+
+__all__ = ["WeightSchedule", "set_mix_weights"]
+
+NEVER = math.inf  # the weights hold from here on
+
+
+class WeightSchedule:
+    """Mixture weights as a function of the step (the mix's element count).
+
+    Either ``points``, a mapping of steps to weights, each holding from its
+    step until the next (the first step must be 0): a curriculum; or ``fn``,
+    ``fn(step) -> weights``, evaluated at step 0 and every ``every`` steps after
+    (a smooth change: ``every=1`` follows it exactly, a larger ``every`` costs
+    less).  Weights are a list with one positive, finite number per dataset, or
+    a ``name -> weight`` mapping for a mix of named datasets.
+
+    Args:
+      points: ``{step: weights}``, piecewise constant.
+      fn: ``fn(step) -> weights``, instead of ``points``.
+      every: how often ``fn`` is evaluated, in steps.
+
+    >>> import chute
+    >>> a = chute.MapDataset.range(0, 100).to_iter_dataset()
+    >>> b = chute.MapDataset.range(100, 200).to_iter_dataset()
+    >>> mixed = chute.IterDataset.mix([a, b], WeightSchedule({0: [1, 1], 4: [1, 3]}))
+    >>> list(mixed)[:12]
+    [0, 100, 1, 101, 2, 102, 103, 104, 3, 105, 106, 107]
+    """
+
+    def __init__(
+        self,
+        points: Mapping[int, Any] | None = None,
+        fn: Callable[[int], Any] | None = None,
+        *,
+        every: int = 1,
+    ) -> None:
+        if (points is None) == (fn is None):
+            raise TypeError("WeightSchedule takes either points={step: weights} or fn=, not both.")
+        self._every = check_int(every, "WeightSchedule: every", minimum=1)
+        self._fn = fn
+        self._steps: list[int] = []
+        self._weights: list[Any] = []
+        if fn is not None:
+            check_callable(fn, "WeightSchedule: fn")
+            return
+        if not isinstance(points, Mapping) or not points:
+            raise TypeError(
+                "WeightSchedule: points must be a non-empty mapping of steps to weights, "
+                f"e.g. {{0: [0.8, 0.2], 10_000: [0.5, 0.5]}} (got {points!r})."
+            )
+        for step in points:
+            check_int(step, "WeightSchedule: a step of points", minimum=0)
+        self._steps = sorted(int(s) for s in points)
+        if self._steps[0] != 0:
+            raise ValueError(
+                f"WeightSchedule: points must start at step 0 (the first is {self._steps[0]}); "
+                "say which weights hold from the start."
+            )
+        self._weights = [points[s] for s in self._steps]
+
+    def at(self, step: int) -> tuple[Any, float]:
+        """The weights in force at ``step``, and the step from which they may change.
+
+        Args:
+          step: a mix element's index (the mix's element count before it).
+
+        Returns:
+          ``(weights, until)``: the weights as given, and the first step that may
+          have others (``math.inf`` when none will).
+        """
+        if self._fn is not None:
+            start = step - step % self._every
+            return self._fn(start), start + self._every
+        k = bisect.bisect_right(self._steps, step) - 1
+        until = self._steps[k + 1] if k + 1 < len(self._steps) else NEVER
+        return self._weights[k], until
+
+    def all_points(self) -> list[tuple[int, Any]]:
+        """``(step, weights)`` of a piecewise schedule (empty for a function)."""
+        return list(zip(self._steps, self._weights))
+
+    def __repr__(self) -> str:
+        if self._fn is not None:
+            name = getattr(self._fn, "__qualname__", type(self._fn).__name__)
+            return f"WeightSchedule(fn={name}, every={self._every})"
+        points = ", ".join(f"{s}: {_plain(w)}" for s, w in zip(self._steps, self._weights))
+        return f"WeightSchedule({{{points}}})"
+
+
+def _plain(weights: Any) -> Any:
+    if isinstance(weights, Mapping):
+        return {str(k): float(v) for k, v in weights.items()}
+    return [float(w) for w in weights]
+
+
+def ordered_weights(weights: Any, keys: Sequence[str] | None, n: int, where: str) -> list[float]:
+    """Checked weights in the datasets' order (a mapping is paired by name)."""
+    if isinstance(weights, Mapping):
+        if keys is None:
+            raise TypeError(f"{where}: weights can be a mapping only when datasets is one too.")
+        names = {str(k): v for k, v in weights.items()}
+        if set(names) != set(keys):
+            unknown = sorted(set(names) - set(keys))
+            missing = sorted(set(keys) - set(names))
+            raise ValueError(
+                f"{where}: the weights name {unknown or 'no'} unknown dataset(s) and leave out "
+                f"{missing or 'none'}; the datasets are {list(keys)}."
+            )
+        weights = [names[k] for k in keys]
+    return _check_weights(weights, n, where)
+
+
+def set_mix_weights(iterator: Any, weights: Any) -> None:
+    """Changes the weights of the running mix in ``iterator``, from its next element on.
+
+    The new weights replace fixed weights and any schedule; they are part of
+    the iterator's state, so a restored run goes on with them.  ``None`` goes
+    back to the mix's own weights or schedule.
+
+    Args:
+      iterator: an iterator of a pipeline with one ``IterDataset.mix`` running in this
+        process (not in worker processes: give such a mix a ``WeightSchedule``).
+      weights: one positive, finite weight per dataset (a mapping for named ones), or None.
+
+    Raises:
+      ValueError: bad weights, or no mix (or more than one) runs in this process.
+    """
+    nodes = list(pipeline_nodes(iterator))
+    mixes = [n for n in nodes if callable(getattr(n, "set_weights", None))]
+    if len(mixes) != 1:
+        workers = any(isinstance(n, Worker) for n in nodes)
+        where = (
+            " (a mix inside worker processes changes by a WeightSchedule only)" if workers else ""
+        )
+        raise ValueError(
+            f"set_mix_weights(): the iterator runs {len(mixes)} mix stages in this process"
+            f"{where}; call it on the mix's own iterator when there are several."
+        )
+    mixes[0].set_weights(weights)
