@@ -61,16 +61,22 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
     @staticmethod
     def mix(
         datasets: Sequence[IterDataset[Any]] | Mapping[str, IterDataset[Any]],
-        weights: Sequence[float] | Mapping[str, float] | None = None,
+        weights: Any = None,
+        *,
+        on_exhausted: str = "stop",
     ) -> MixedIterDataset:
         """Interleaves datasets in proportion to ``weights``.
 
-        The mix ends with its first exhausted dataset, as in Grain.
+        The mix ends with its first exhausted dataset, as in Grain, unless
+        ``on_exhausted="continue"``: the others then share its turns.
 
         Args:
             datasets: A sequence of datasets, or a mapping of names to datasets.
             weights: One positive, finite weight per dataset (a mapping pairs
-                weights with datasets by name); equal when None.
+                weights with datasets by name); equal when None.  chute's
+                addition: a ``chute.experimental.WeightSchedule``, or a function
+                of the step, for weights that change during the run.
+            on_exhausted: chute's addition: ``"stop"`` (Grain's) or ``"continue"``.
 
         Returns:
             An IterDataset whose checkpoint holds every input's position.
@@ -83,7 +89,7 @@ class IterDataset(Node, Generic[T], metaclass=_CheckedInit):
         >>> list(IterDataset.mix({"a": a, "b": b}, weights={"a": 1, "b": 2}))
         [0, 10, 11, 1, 12, 13, 2, 14, 15]
         """
-        return _s.MixedIterDataset(datasets, weights)
+        return _s.MixedIterDataset(datasets, weights, on_exhausted=on_exhausted)
 
     def batch(
         self,

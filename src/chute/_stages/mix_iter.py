@@ -58,8 +58,14 @@ class MixedIterDataset(IterDataset[Any]):
     [0, 10, 1, 11, 2, 12, 3]
     """
 
-    def __init__(self, datasets: Any, weights: Any = None) -> None:
+    def __init__(self, datasets: Any, weights: Any = None, *, on_exhausted: str = "stop") -> None:
         where = "IterDataset.mix()"
+        if on_exhausted not in ("stop", "continue"):
+            raise ValueError(
+                f"{where}: on_exhausted must be 'stop' (end the mix with the first dataset that "
+                f"runs out, as Grain) or 'continue' (go on with the others); got {on_exhausted!r}."
+            )
+        self._go_on = on_exhausted == "continue"
         if callable(weights) and not isinstance(weights, WeightSchedule):
             weights = WeightSchedule(fn=weights)
         schedule = weights if isinstance(weights, WeightSchedule) else None
@@ -83,6 +89,8 @@ class MixedIterDataset(IterDataset[Any]):
 
     def _describe(self) -> str:
         names = f"{self._keys}, " if self._keys is not None else ""
+        if self._go_on:
+            names += "on_exhausted='continue', "
         if self._schedule is not None:
             return f"{names}{len(self._parents)} datasets, {self._schedule!r}"
         return f"{names}{len(self._parents)} datasets, proportions={list(self._props)}"
@@ -128,10 +136,26 @@ def _live_weights(it: _MixIterator, key: str, value: Any, where: str) -> None:
         raise refuse(it, key, where, f"one weight per dataset ({exc})", value) from None
 
 
+def _exhausted_flags(it: _MixIterator, key: str, value: Any, where: str) -> None:
+    """Which datasets ran out, with ``on_exhausted="continue"``: one bool per dataset."""
+    n = len(it._parents)
+    if not (
+        isinstance(value, list)
+        and len(value) == n
+        and all(isinstance(x, bool) for x in value)
+        and not all(value)
+    ):
+        raise refuse(it, key, where, f"a list of {n} bools, not all True", value)
+
+
 class _MixIterator(DatasetIterator[Any]):
     _stage = "mix"
     _state_fields = fields(
-        parents=_dataset_states, index=count(), stop=flag, weights=optional(_live_weights)
+        parents=_dataset_states,
+        index=count(),
+        stop=flag,
+        weights=optional(_live_weights),
+        exhausted=optional(_exhausted_flags),
     )
 
     def __init__(self, ds: MixedIterDataset) -> None:
@@ -142,6 +166,8 @@ class _MixIterator(DatasetIterator[Any]):
         self._block_start, self._block = 0, np.empty(0, dtype=np.int64)
         self._live: list[float] | None = None  # weights set on the running mix
         self._counts = [0] * len(self._parents)  # elements each dataset gave (statistics)
+        self._out = [False] * len(self._parents)  # datasets that ran out (on_exhausted="continue")
+        self._ids: np.ndarray | None = None  # the datasets still running, when some are out
 
     @property
     def counts(self) -> tuple[int, ...]:
@@ -162,15 +188,24 @@ class _MixIterator(DatasetIterator[Any]):
         self._live = None if weights is None else self._ds._weights(weights, "set on the mix")
         self._block = np.empty(0, dtype=np.int64)  # the next turn is worked out anew
 
+    def _running(self, weights: list[float]) -> list[float]:
+        """``weights`` of the datasets still running (all, unless some ran out)."""
+        if self._ids is None:
+            return weights
+        return [weights[k] for k in self._ids.tolist()]
+
     def _props_at(self, index: int) -> tuple[tuple[int, ...], float]:
         """The proportions in force at ``index`` and the index from which they may change."""
         ds = self._ds
         if self._live is not None:
-            return _proportions(self._live, "mix weights"), NEVER
+            return _proportions(self._running(self._live), "mix weights"), NEVER
         if ds._schedule is None:
-            return ds._props, NEVER
+            if self._ids is None:
+                return ds._props, NEVER
+            return _proportions(self._running([float(p) for p in ds._props]), "mix"), NEVER
         weights, until = ds._schedule.at(index)
-        return _proportions(ds._weights(weights, f"at step {index}"), "mix weights"), until
+        checked = self._running(ds._weights(weights, f"at step {index}"))
+        return _proportions(checked, "mix weights"), until
 
     def _turn(self, index: int) -> int:
         """The dataset that yields mix element ``index``."""
@@ -179,39 +214,62 @@ class _MixIterator(DatasetIterator[Any]):
             props, until = self._props_at(index)
             size = int(min(_BLOCK, until - index))
             if size == 1:  # weights that change every step: one turn, without numpy
-                return _select_one(props, index)
+                turn = _select_one(props, index)
+                return turn if self._ids is None else int(self._ids[turn])
             self._block_start, offset = index, 0
             indices = np.arange(index, index + size, dtype=np.int64)
-            self._block = _select(props, indices)[0]
+            turns = _select(props, indices)[0]
+            self._block = turns if self._ids is None else self._ids[turns]
         return int(self._block[offset])
 
     def __next__(self) -> Any:
         if self._stop:
             raise StopIteration
-        turn = self._turn(self._index)
-        parent = self._parents[turn]
-        self._index += 1
-        self._counts[turn] += 1
-        try:
-            return next(parent)
-        except StopIteration:
-            self._stop = True
-            raise
+        while True:
+            turn = self._turn(self._index)
+            try:
+                element = next(self._parents[turn])
+            except StopIteration:
+                if not self._ds._go_on or sum(self._out) + 1 == len(self._out):
+                    self._index += 1  # as Grain: the turn was taken, and the mix ends
+                    self._stop = True
+                    raise
+                self._run_out(turn)  # the others share this turn and the ones after it
+                continue
+            except Exception:
+                self._index += 1  # the failing element took its turn
+                raise
+            self._index += 1
+            self._counts[turn] += 1
+            return element
+
+    def _run_out(self, turn: int) -> None:
+        self._out[turn] = True
+        self._ids = np.flatnonzero(~np.asarray(self._out))
+        self._block = np.empty(0, dtype=np.int64)
 
     def get_state(self) -> dict[str, Any]:
         states = [parent.get_state() for parent in self._parents]
         keys = self._ds._keys
         parents = states if keys is None else dict(zip(keys, states))
-        if self._live is None:  # the state Grain writes, as long as no weights were set live
-            return self._state(parents=parents, index=self._index, stop=self._stop)
-        return self._state(parents=parents, index=self._index, stop=self._stop, weights=self._live)
+        extra: dict[str, Any] = {}  # only what Grain's state lacks, when there is any
+        if self._live is not None:
+            extra["weights"] = list(self._live)
+        if any(self._out):
+            extra["exhausted"] = list(self._out)
+        return self._state(parents=parents, index=self._index, stop=self._stop, **extra)
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "parents", "index", "stop")
         live = state.get("weights")
         self._live = None if live is None else self._ds._weights(live, "in the state")
-        self._block = np.empty(0, dtype=np.int64)
         self._counts = [0] * len(self._parents)
+        self._out = [False] * len(self._parents)
+        self._ids = None
+        for k, out in enumerate(state.get("exhausted") or ()):
+            if out:
+                self._run_out(k)
+        self._block = np.empty(0, dtype=np.int64)
         for k, (_, parent_state) in enumerate(self._named_parts(state["parents"])):
             if parent_state is None:  # a dataset the checkpoint does not name starts anew
                 self._restart(k)
