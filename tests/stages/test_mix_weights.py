@@ -276,3 +276,181 @@ def test_a_named_state_restores_into_fewer_or_renamed_datasets_as_grain(
     resumed = iter(IterDataset.mix({name: sources[name] for name in names}, weights))
     resumed.set_state(state)
     assert _take(resumed, len(tail)) == tail  # Grain's output
+
+
+# --- the order: Grain's pattern at each position, for the weights in force there ----
+
+
+def _props(weights: list[float]) -> list[int]:
+    """Grain's integer proportions: the smallest weight becomes 100, the rest scale."""
+    scale = 100 / min(weights)
+    return [int(w * scale) for w in weights]
+
+
+def _source_at(weights: list[float], k: int) -> int:
+    """The dataset of mix position ``k`` in Grain's pattern (a reference, one index)."""
+    props = _props(weights)
+    left, a, b = sum(props), k, k + 1  # positions before k, before k + 1
+    for i, p in enumerate(props[:-1]):
+        got_a, got_b = -(-a * p // left), -(-b * p // left)  # ceil(a * p / left)
+        if got_b != got_a:
+            return i
+        a, b, left = a - got_a, b - got_b, left - p
+    return len(props) - 1
+
+
+@pytest.mark.parametrize(
+    ("weights", "pattern"),
+    [  # Grain's output: the dataset of positions 0 .. 19
+        ([1, 2], [0, 1, 1] * 6 + [0, 1]),
+        ([0.2, 0.8], [0, 1, 1, 1, 1] * 4),
+        ([0.5, 0.3, 0.2], [0, 1, 0, 1, 0, 2, 0, 1, 0, 2, 0, 1, 0, 1, 0, 2, 0, 1, 0, 2]),
+        ([3, 1], [0, 0, 0, 1] * 5),
+        ([0.7, 0.3], [0, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 1]),
+    ],
+)
+def test_the_reference_pattern_is_grains(weights: list[float], pattern: list[int]) -> None:
+    assert [_source_at(weights, k) for k in range(20)] == pattern
+    ds = IterDataset.mix([_iter(k * _M, (k + 1) * _M) for k in range(len(weights))], weights)
+    assert [x // _M for x in _take(iter(ds), 20)] == pattern
+
+
+def _sources(n: int) -> list[IterDataset[int]]:
+    return [_iter(k * _M, (k + 1) * _M) for k in range(n)]
+
+
+def _named_sources(names: str) -> dict[str, IterDataset[int]]:
+    return {name: _iter(k * _M, (k + 1) * _M) for k, name in enumerate(names)}
+
+
+def _run(
+    make: Callable[[], IterDataset[int]],
+    n: int,
+    live: dict[int, Any] | None = None,
+    save_at: tuple[int, ...] = (),
+) -> list[int]:
+    """``n`` elements; ``live[s]`` is set before element s; at each ``save_at`` step
+    the state goes through JSON into a freshly built iterator, which goes on."""
+    it = iter(make())
+    out = []
+    for step in range(n):
+        if live and step in live:
+            set_mix_weights(it, live[step])
+        if step in save_at:
+            state = _saved(it)
+            it = iter(make())
+            it.set_state(state)
+            assert it.get_state()["index"] == step
+        out.append(next(it))
+    return out
+
+
+def _check_order(out: list[int], weights_at: Callable[[int], list[float]]) -> None:
+    """Element k comes from Grain's pattern at k for the weights in force at k, and
+    each dataset's elements come out in order, none left out or repeated."""
+    ids = [x // _M for x in out]
+    assert ids == [_source_at(weights_at(k), k) for k in range(len(out))]
+    for i in set(ids):
+        assert [x - i * _M for x in out if x // _M == i] == list(range(ids.count(i)))
+
+
+def _ramp(step: int) -> list[float]:
+    t = min(step / 1000, 1.0)
+    return [1.0 - 0.8 * t, 0.5, 0.2 + 0.8 * t]
+
+
+_CURRICULUM = {0: [0.8, 0.2], 1000: [0.2, 0.8], 1600: [0.5, 0.5]}
+_SAVES = (0, 1, 499, 999, 1000, 1001, 1599, 1600, 1601, 1999)
+
+
+def _curriculum_at(k: int) -> list[float]:
+    return _CURRICULUM[max(s for s in _CURRICULUM if s <= k)]
+
+
+def test_a_piecewise_schedule_resumes_before_at_and_after_each_change() -> None:
+    def make() -> IterDataset[int]:
+        return IterDataset.mix(_sources(2), WeightSchedule(_CURRICULUM))
+
+    whole = _run(make, 2100)
+    _check_order(whole, _curriculum_at)
+    for save in _SAVES:
+        assert _run(make, 2100, save_at=(save,)) == whole, save
+    assert _run(make, 2100, save_at=_SAVES) == whole
+
+
+@pytest.mark.parametrize("every", [1, 50])
+def test_a_function_schedule_resumes_anywhere(every: int) -> None:
+    def make() -> IterDataset[int]:
+        return IterDataset.mix(_sources(3), WeightSchedule(fn=_ramp, every=every))
+
+    whole = _run(make, 1300)
+    _check_order(whole, lambda k: _ramp(k - k % every))
+    saves = (0, 1, 49, 50, 51, 99, 100, 777, 999, 1000, 1001, 1250)
+    for save in saves:
+        assert _run(make, 1300, save_at=(save,)) == whole, save
+    assert _run(make, 1300, save_at=saves) == whole
+
+
+def test_a_plain_callable_is_a_schedule_evaluated_every_step() -> None:
+    whole = _run(lambda: IterDataset.mix(_sources(3), _ramp), 1200, save_at=(3, 600, 1000))
+    _check_order(whole, _ramp)
+
+
+def test_a_live_change_before_a_save_holds_after_the_restore() -> None:
+    live = {300: [0.1, 0.9], 1200: None, 1700: [2, 1]}
+
+    def make() -> IterDataset[int]:
+        return IterDataset.mix(_sources(2), WeightSchedule(_CURRICULUM))
+
+    def weights_at(k: int) -> list[float]:
+        if 300 <= k < 1200:
+            return [0.1, 0.9]
+        return [2, 1] if k >= 1700 else _curriculum_at(k)  # None: the schedule again
+
+    whole = _run(make, 2000, live)
+    _check_order(whole, weights_at)
+    for save in (300, 301, 1000, 1199, 1200, 1201, 1700, 1900):
+        assert _run(make, 2000, live, save_at=(save,)) == whole, save
+    it = iter(make())
+    set_mix_weights(it, [0.1, 0.9])
+    _take(it, 5)
+    resumed = iter(make())
+    resumed.set_state(_saved(it))
+    assert resumed.weights == [0.1, 0.9]
+    assert resumed.get_state()["weights"] == [0.1, 0.9]
+    set_mix_weights(resumed, None)
+    assert resumed.weights == [0.8, 0.2]
+    assert "weights" not in resumed.get_state()  # Grain's keys again
+
+
+def test_a_live_change_replaces_fixed_weights_and_none_restores_them() -> None:
+    live = {10: [1, 4], 40: None}
+    whole = _run(lambda: IterDataset.mix(_sources(2), [3, 1]), 80, live, save_at=(10, 25, 40))
+    _check_order(whole, lambda k: [1, 4] if 10 <= k < 40 else [3, 1])
+
+
+def test_named_datasets_take_named_schedules_and_live_changes() -> None:
+    points = {0: {"c": 1, "a": 3, "b": 1}, 500: {"a": 1, "b": 1, "c": 2}}
+    live = {700: {"b": 5, "c": 1, "a": 1}, 900: None}
+
+    def make() -> IterDataset[int]:
+        return IterDataset.mix(_named_sources("abc"), WeightSchedule(points))
+
+    def weights_at(k: int) -> list[float]:
+        if 700 <= k < 900:
+            return [1, 5, 1]
+        return [3, 1, 1] if k < 500 else [1, 1, 2]
+
+    whole = _run(make, 1100, live)
+    _check_order(whole, weights_at)
+    for save in (499, 500, 700, 701, 899, 900, 1000):
+        assert _run(make, 1100, live, save_at=(save,)) == whole, save
+    it = iter(make())
+    set_mix_weights(it, {"a": 1, "b": 2, "c": 3})
+    assert it.get_state()["weights"] == [1, 2, 3]  # in the datasets' order
+
+    def by_function(step: int) -> dict[str, float]:
+        return {"a": 1.0, "b": 1.0 + step / 100, "c": 1.0}
+
+    ramp = _run(lambda: IterDataset.mix(_named_sources("abc"), by_function), 400, save_at=(77,))
+    _check_order(ramp, lambda k: [1.0, 1.0 + k / 100, 1.0])
