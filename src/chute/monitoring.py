@@ -11,6 +11,9 @@ Exported, as the figures of this process and its worker processes:
   ``chute_remote_retries_total``, ``chute_cache_hits_total``,
   ``chute_cache_misses_total``, ``chute_cache_evictions_total``,
   ``chute_cache_bytes_read_total``, ``chute_cache_bytes_downloaded_total``;
+* the counter ``chute_mix_elements_total{stage="...", source="0"}``: the elements each
+  source of a mix gave it (in pipelines that keep statistics, see
+  ``chute.experimental.execution_summary``);
 * gauges ``chute_cache_bytes_held``, ``chute_prefetch_buffer_depth``;
 * the histogram ``chute_remote_read_seconds`` (each ranged GET's latency, 1 ms to 10 s).
 

@@ -7,6 +7,8 @@ call sites count per request (a ranged GET, a cache lookup), never per record:
 * ``count(name, amount)`` adds to a counter,
 * ``observe(name, seconds)`` adds one value to a histogram,
 * ``set_gauge(name, value)`` sets a gauge,
+* ``add_mix_sources(iterator, stage)`` counts a mix's elements per source, read from
+  the iterator's own counts when the metrics are read,
 * ``snapshot()`` reads them all: a flat ``{name: value}`` (a histogram's value is
   ``{"buckets": counts per bucket, "sum": ..., "count": ...}``).
 
@@ -47,6 +49,7 @@ __all__ = [
     "SEND_INTERVAL_S",
     "Metric",
     "add_buffer",
+    "add_mix_sources",
     "add_sampler",
     "changes",
     "count",
@@ -74,6 +77,7 @@ class Metric:
         buckets: A histogram's bucket bounds (upper, inclusive), ascending.
         per_process: For a gauge: whether each process has its own value and the parent
             shows their sum (``False``: one value for the host; the latest report stands).
+        labels: A counter's label names: its value is then ``{label values: count}``.
     """
 
     name: str
@@ -81,6 +85,7 @@ class Metric:
     help: str
     buckets: tuple[float, ...] = ()
     per_process: bool = True
+    labels: tuple[str, ...] = ()
 
 
 METRICS: dict[str, Metric] = {
@@ -127,6 +132,13 @@ METRICS: dict[str, Metric] = {
             "Elements waiting in read-ahead buffers and worker pools.",
         ),
         Metric(
+            "mix_elements",
+            COUNTER,
+            "Elements each source of a mix stage (IterDataset.mix) gave it, by the mix's stage "
+            "name and the source's position; counted in pipelines that keep statistics.",
+            labels=("stage", "source"),
+        ),
+        Metric(
             "remote_read_seconds",
             HISTOGRAM,
             "Latency of each ranged GET to an object store, in seconds (failed ones included).",
@@ -142,6 +154,8 @@ _gauges: dict[str, float] = {}
 _histograms: dict[str, list[float]] = {}  # counts per bucket (the last: above all), then the sum
 _from_workers: dict[Hashable, dict[str, float]] = {}  # per-process gauges, by worker
 _samplers: dict[int, tuple[str, weakref.ref[Any], Callable[[Any], float]]] = {}
+_labelled: dict[str, dict[tuple[str, ...], float]] = {}  # labelled counters' values
+_mixes: dict[int, tuple[weakref.ref[Any], str, list[int]]] = {}  # owner, stage, counts read
 _sent: dict[str, Any] = {}  # what changes() reported last
 _next_due = 0.0
 
@@ -208,6 +222,43 @@ def _waiting(owner: Any) -> float:
     return owner._buffer_fill()[0]
 
 
+def add_mix_sources(owner: Any, stage: str) -> None:
+    """Counts the elements each source gave the mix iterator ``owner`` in ``mix_elements``
+    (labels: ``stage``, the source's position), for as long as it lives.
+
+    ``owner.counts`` (elements per source since it was built or restored) is read when
+    the metrics are read, never per element: what it counted after the last read is
+    left out once it is gone, and a restore that sets its counts back counts on from there.
+    """
+    key = id(owner)
+
+    def gone(_: object) -> None:
+        _mixes.pop(key, None)
+
+    _mixes[key] = (weakref.ref(owner, gone), stage, [])
+
+
+def _read_mixes() -> None:
+    """Adds what each live mix iterator counted since the last read to ``mix_elements``
+    (with ``_lock`` held)."""
+    counted = _labelled["mix_elements"]
+    for ref, stage, seen in list(_mixes.values()):
+        owner = ref()
+        if owner is None:
+            continue
+        try:
+            now = list(owner.counts)
+        except Exception:  # the owner is closing, or changed under the read
+            continue
+        if len(seen) != len(now) or any(n < s for n, s in zip(now, seen)):
+            seen[:] = [0] * len(now)  # restored: it counts from zero again
+        for k, (n, s) in enumerate(zip(now, seen)):
+            if n != s:
+                labels = (stage, str(k))
+                counted[labels] = counted.get(labels, 0) + n - s
+        seen[:] = now
+
+
 def snapshot() -> dict[str, Any]:
     """Every metric's value now: this process's figures plus what its workers sent."""
     sampled: dict[str, float] = {}
@@ -219,7 +270,9 @@ def snapshot() -> dict[str, Any]:
             except Exception:  # the owner is closing, or changed under the read
                 pass
     with _lock:
+        _read_mixes()
         out: dict[str, Any] = {**_counters, **_gauges}
+        out.update((name, dict(values)) for name, values in _labelled.items())
         for values in _from_workers.values():
             for name, value in values.items():
                 out[name] += value
@@ -250,7 +303,13 @@ def changes() -> dict[str, Any] | None:
     for name, value in now.items():
         before = _sent[name]
         kind = METRICS[name].kind
-        if kind == COUNTER and value != before:
+        if METRICS[name].labels and value != before:  # as pairs: plain data for any transport
+            out[name] = [
+                [list(labels), n - before.get(labels, 0)]
+                for labels, n in value.items()
+                if n != before.get(labels, 0)
+            ]
+        elif kind == COUNTER and value != before:
             out[name] = value - before
         elif kind == GAUGE and value != before:
             out[name] = value
@@ -271,7 +330,11 @@ def merge(changed: dict[str, Any], source: Hashable) -> None:
             metric = METRICS.get(name)
             if metric is None:
                 continue
-            if metric.kind == COUNTER:
+            if metric.labels:
+                counted = _labelled[name]
+                for labels, n in value:
+                    counted[tuple(labels)] = counted.get(tuple(labels), 0) + n
+            elif metric.kind == COUNTER:
                 _counters[name] += value
             elif metric.kind == HISTOGRAM:
                 histogram = _histograms[name]
@@ -296,8 +359,11 @@ def _zero() -> None:
     _lock = threading.Lock()  # a fork may have copied it held by another thread
     _from_workers.clear()
     _samplers.clear()  # the parent's iterators: copies in this process, not its own
+    _mixes.clear()
     for name, metric in METRICS.items():
-        if metric.kind == COUNTER:
+        if metric.labels:
+            _labelled[name] = {}
+        elif metric.kind == COUNTER:
             _counters[name] = 0
         elif metric.kind == GAUGE:
             _gauges[name] = 0

@@ -11,6 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "BatchesRecordsInWorkers",
+    "CountsPerSource",
     "GoesByPublicName",
     "HandsOnParentsElement",
     "LocatesRecords",
@@ -92,3 +93,15 @@ class BatchesRecordsInWorkers(Protocol):
     budget it is marked, and each worker's share is rebuilt to batch records there."""
 
     _records_batched: bool
+
+
+@runtime_checkable
+class CountsPerSource(Protocol):
+    """A mixing iterator (``IterDataset.mix``): the elements each source gave it since it was
+    built or restored, and the weights in force now, both in the sources' order."""
+
+    @property
+    def counts(self) -> tuple[int, ...]: ...
+
+    @property
+    def weights(self) -> list[float]: ...

@@ -52,7 +52,12 @@ class _Collector:
         core, values = self._core, metrics.snapshot()
         for name, metric in metrics.METRICS.items():
             value = values[name]
-            if metric.kind == "counter":
+            if metric.labels:
+                family = core.CounterMetricFamily(PREFIX + name, metric.help, labels=metric.labels)
+                for labels, n in sorted(value.items()):
+                    family.add_metric(list(labels), n)
+                yield family
+            elif metric.kind == "counter":
                 yield core.CounterMetricFamily(PREFIX + name, metric.help, value=value)
             elif metric.kind == "gauge":
                 yield core.GaugeMetricFamily(PREFIX + name, metric.help, value=value)

@@ -23,9 +23,11 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from chute._core import metrics
 from chute._core.pipeline_walk import pipeline_nodes
+from chute._stages.capabilities import CountsPerSource
 from chute._stats.collector import Collector
-from chute._stats.graph import post_order
+from chute._stats.graph import post_order, stage_label
 from chute._stats.records import StageRecord
 from chute._stats.timing import (
     count_kept,
@@ -108,6 +110,10 @@ def _timed_dataset(node: Any, record: StageRecord, started: Callable[[Any], None
             it = time_iterator(make(self), record)
             if started is not None:
                 started(it)
+            # A mix's own iterator (not one a stage hands on unchanged): its sources' counts.
+            if type(it).__dict__.get("_chute_record") is record and isinstance(it, CountsPerSource):
+                record.add_mixer(it)
+                metrics.add_mix_sources(it, stage_label(node))
             return it
 
         extra = {"__iter__": __iter__}

@@ -10,15 +10,20 @@ read-ahead threads).  Each thread adds to its own ``Counts`` of the record
 (``counts()``), without a lock, and ``snapshot()`` merges them: the totals
 are exact whatever the threads do.  Records exist only while tracking is
 on, so an untracked pipeline pays nothing for this.
+
+A mix stage's record also reads its iterators' elements per source when a
+snapshot is taken (the iterators count them anyway), never per element.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from chute._execution.performance import element_bytes
+from chute._stages.capabilities import CountsPerSource
 
 __all__ = ["Counts", "StageRecord", "element_bytes", "float_bytes", "merged"]
 
@@ -120,7 +125,7 @@ class StageRecord:
     deadline, and it sets the next.
     """
 
-    __slots__ = ("_lock", "_shards", "deadline_ns", "local", "on_deadline")
+    __slots__ = ("_lock", "_mixers", "_shards", "deadline_ns", "local", "on_deadline")
 
     def __init__(self) -> None:
         self.local = threading.local()  # .counts: this thread's Counts, once it has added
@@ -128,6 +133,13 @@ class StageRecord:
         self._lock = threading.Lock()
         self.deadline_ns = _NEVER
         self.on_deadline: Callable[[int], None] | None = None
+        self._mixers: list[weakref.ref[Any]] = []  # a mix stage's live iterators
+
+    def add_mixer(self, iterator: CountsPerSource) -> None:
+        """``iterator`` (a mix's) counts its sources: ``snapshot()`` reads them while it lives."""
+        with self._lock:
+            self._mixers = [r for r in self._mixers if r() is not None]
+            self._mixers.append(weakref.ref(iterator))
 
     def counts(self) -> Counts:
         """This thread's counters (``record.local.counts`` once this has been called)."""
@@ -158,11 +170,15 @@ class StageRecord:
             self.deadline_ns = _NEVER
         self.on_deadline(now)
 
-    def snapshot(self) -> dict[str, int]:
-        """The figures of all threads as a plain dict (``merged`` adds such dicts)."""
+    def snapshot(self) -> dict[str, Any]:
+        """The figures of all threads as a plain dict (``merged`` adds such dicts).
+
+        A mix stage's also has ``source_counts`` (elements each source gave) and
+        ``source_weights`` (the weights in force, as shares of 1).
+        """
         with self._lock:
-            shards = list(self._shards)
-        out = {name: 0 for name in (*_FIELDS, "last_ns")}
+            shards, mixers = list(self._shards), list(self._mixers)
+        out: dict[str, Any] = {name: 0 for name in (*_FIELDS, "last_ns")}
         out["min_ns"] = first = _NEVER
         for shard in shards:
             for name in out:
@@ -177,15 +193,54 @@ class StageRecord:
         if out["min_ns"] == _NEVER:
             out["min_ns"] = -1
         out["wall_ns"] = out.pop("last_ns") - first if out["calls"] else 0
+        if mixers:
+            _add_sources(out, [it for it in (r() for r in mixers) if it is not None])
         return out
 
 
-def merged(snapshots: list[dict[str, int]]) -> dict[str, int]:
+def _add_sources(out: dict[str, Any], mixers: list[CountsPerSource]) -> None:
+    """A mix stage's figures: elements per source (over its live iterators) and the weights
+    in force, normalised to shares of 1 (their mean over the iterators)."""
+    counts: list[int] = []
+    weights: list[float] = []
+    for it in mixers:
+        try:
+            own, given = it.counts, it.weights
+        except Exception:  # a schedule that fails now fails the read, not the statistics
+            continue
+        total = sum(given) or 1.0
+        if not counts:
+            counts, weights = [0] * len(own), [0.0] * len(own)
+        for k, (n, w) in enumerate(zip(own, given)):
+            counts[k] += n
+            weights[k] += w / total / len(mixers)
+    if counts:
+        out["source_counts"], out["source_weights"] = counts, weights
+
+
+def _merged_sources(out: dict[str, Any], snapshots: list[dict[str, Any]]) -> None:
+    """Elements per source summed over processes; weights, their mean over processes."""
+    mixed = [s for s in snapshots if s.get("source_counts")]
+    if not mixed:
+        return
+    width = max(len(s["source_counts"]) for s in mixed)
+    counts, weights = [0] * width, [0.0] * width
+    for snap in mixed:
+        for k, (n, w) in enumerate(zip(snap["source_counts"], snap["source_weights"])):
+            counts[k] += n
+            weights[k] += w / len(mixed)
+    out["source_counts"], out["source_weights"] = counts, weights
+
+
+def merged(snapshots: list[dict[str, Any]]) -> dict[str, Any]:
     """The figures of one stage over several processes: sums, and the extremes."""
-    out = {name: 0 for name in (*_FIELDS, "wall_ns")}
+    out: dict[str, Any] = {name: 0 for name in (*_FIELDS, "wall_ns")}
     out["min_ns"] = -1
+    _merged_sources(out, snapshots)
     for snap in snapshots:
         for name, value in snap.items():
+            if name in ("source_counts", "source_weights"):
+                continue
             if name == "min_ns":
                 if value >= 0 and (out["min_ns"] < 0 or value < out["min_ns"]):
                     out["min_ns"] = value

@@ -16,7 +16,15 @@ from chute._core.capabilities import CollectsStatistics
 from chute._stats.reads import ReadStats, read_stats
 from chute._stats.reads import text as _reads_text
 
-__all__ = ["BufferStats", "ExecutionSummary", "StageStats", "build", "execution_summary", "table"]
+__all__ = [
+    "BufferStats",
+    "ExecutionSummary",
+    "SourceShare",
+    "StageStats",
+    "build",
+    "execution_summary",
+    "table",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +40,25 @@ class BufferStats:
     capacity: int
     mean_fill: float
     empty_fraction: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceShare:
+    """What one source of a mix stage (``IterDataset.mix``) gave it.
+
+    Args:
+      source: the source's position among the mix's datasets.
+      elements: elements it gave (over all workers) since the mix's iterators were
+        built or restored.
+      share: its part of the mix's elements (0 to 1).
+      weight: its weight in force now, as a part of all weights (0 to 1; with workers,
+        the mean over them).
+    """
+
+    source: int
+    elements: int
+    share: float
+    weight: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +86,8 @@ class StageStats:
       float_share: the part of its output's bytes in floating-point arrays of 4 bytes
         a number or more (float32, float64), measured on the same sample as
         ``bytes_per_element``; None if unknown.
+      sources: for a mix stage, each source's elements and realised share beside its
+        weight; empty for other stages.
     """
 
     index: int
@@ -78,6 +107,7 @@ class StageStats:
     buffer: BufferStats | None = None
     retries: int | None = None
     float_share: float | None = None
+    sources: tuple[SourceShare, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +232,16 @@ def build(collector: Any) -> ExecutionSummary:
     return dataclasses.replace(summary, verdict=verdict(summary))
 
 
-def _stage(node: Any, where: str, figures: dict[str, int] | None, work: int) -> StageStats:
+def _sources(f: dict[str, Any]) -> tuple[SourceShare, ...]:
+    counts = f.get("source_counts") or []
+    total = sum(counts)
+    return tuple(
+        SourceShare(source=k, elements=n, share=n / total if total else 0.0, weight=w)
+        for k, (n, w) in enumerate(zip(counts, f["source_weights"] if counts else ()))
+    )
+
+
+def _stage(node: Any, where: str, figures: dict[str, Any] | None, work: int) -> StageStats:
     f = figures or {}
     elements, own = f.get("elements", 0), f.get("self_ns", 0)
     buffer = None
@@ -231,6 +270,7 @@ def _stage(node: Any, where: str, figures: dict[str, int] | None, work: int) -> 
         buffer=buffer,
         retries=f.get("retries"),
         float_share=f.get("float_bytes", 0) / f["bytes_total"] if f.get("bytes_total") else None,
+        sources=_sources(f),
     )
 
 
@@ -281,6 +321,16 @@ def table(summary: ExecutionSummary) -> str:
         f"{summary.wait_ratio:.0%} of that ({summary.wait_seconds:.3g} s); "
         f"{summary.workers} worker process(es), {summary.cpu_count} usable core(s)."
     )
+    for s in summary.stages:
+        if s.sources:
+            lines.append(
+                f"#{s.index} {s.name}, elements per source (realised share / weight): "
+                + "; ".join(
+                    f"source {x.source}: {x.elements:,} ({x.share:.1%} / {x.weight:.1%})"
+                    for x in s.sources
+                )
+                + "."
+            )
     if summary.ray_nodes:
         nodes = collections.Counter(summary.ray_nodes)
         lines.append(
