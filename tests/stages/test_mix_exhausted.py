@@ -64,3 +64,16 @@ def test_a_bad_on_exhausted_and_a_bad_saved_list_are_refused() -> None:
         with pytest.raises(chute.CheckpointError, match="exhausted"):
             it.set_state(state)
         assert next(it) == 0  # nothing changed
+
+
+def test_a_state_with_chute_only_mix_fields_is_refused_for_grain() -> None:
+    from chute.checkpoint import to_grain_state
+    from chute.experimental import set_mix_weights
+
+    a, b, _ = _three()
+    with iter(chute.IterDataset.mix([a, b])) as it:
+        next(it)
+        assert to_grain_state(it)["index"] == 1  # Grain's shape crosses
+        set_mix_weights(it, [1, 3])
+        with pytest.raises(chute.CheckpointError, match="weights .* Grain's mix"):
+            to_grain_state(it)
