@@ -454,3 +454,63 @@ def test_named_datasets_take_named_schedules_and_live_changes() -> None:
 
     ramp = _run(lambda: IterDataset.mix(_named_sources("abc"), by_function), 400, save_at=(77,))
     _check_order(ramp, lambda k: [1.0, 1.0 + k / 100, 1.0])
+
+
+# --- 3. nothing lost or repeated ----------------------------------------------------
+
+
+def test_long_runs_with_changes_lose_and_repeat_nothing() -> None:
+    rng = np.random.default_rng(37)
+    n = 5
+    points = {0: [1] * n, 7_000: [0.05, 0.1, 0.15, 0.2, 0.5], 19_000: [0.5, 0.2, 0.1, 0.1, 0.1]}
+    live: dict[int, Any] = {
+        int(s): [float(w) for w in rng.uniform(0.05, 1, n)] for s in rng.integers(0, 30_000, 6)
+    }
+    live[25_000] = None
+    saves = tuple(int(s) for s in rng.integers(0, 30_000, 5))
+
+    def make() -> IterDataset[int]:
+        return IterDataset.mix(_sources(n), WeightSchedule(points))
+
+    out = _run(make, 30_000, live, save_at=saves)
+    for i in range(n):
+        mine = [x - i * _M for x in out if x // _M == i]
+        assert mine == list(range(len(mine)))
+        assert len(mine) > 1000
+    assert out == _run(make, 30_000, live)
+
+
+def _short_second(weights: Any) -> IterDataset[int]:
+    return IterDataset.mix([_iter(0, 1000), _iter(_M, _M + 40)], weights)
+
+
+def test_the_mix_stops_when_the_chosen_dataset_runs_out_as_grain() -> None:
+    it = iter(_short_second(WeightSchedule({0: [3, 1], 60: [1, 3]})))
+    out = _take(it, 2000)
+    assert out[-1] == "stop"
+    out = out[:-1]
+    ids = [x // _M for x in out]
+    assert ids.count(1) == 40  # all of the short dataset, none twice
+    _check_order(out, lambda k: [3, 1] if k < 60 else [1, 3])
+    # The turn after the last element was the short dataset's, which had run out.
+    assert _source_at([1, 3], len(out)) == 1
+    state = _saved(it)
+    assert (state["stop"], state["index"]) == (True, len(out) + 1)
+    assert _take(it, 3) == ["stop"]
+    resumed = iter(_short_second(WeightSchedule({0: [3, 1], 60: [1, 3]})))
+    resumed.set_state(state)
+    assert _take(resumed, 3) == ["stop"]  # Grain's: a stopped state stays stopped
+
+
+def test_a_live_change_towards_an_exhausted_dataset_stops_the_mix() -> None:
+    it = iter(_short_second([9, 1]))
+    first = _take(it, 100)
+    assert sum(x >= _M for x in first) == 10
+    set_mix_weights(it, [1, 1])
+    rest = _take(it, 2000)
+    assert rest[-1] == "stop"
+    _check_order(first + rest[:-1], lambda k: [9, 1] if k < 100 else [1, 1])
+    assert sorted(x for x in first + rest[:-1] if x != "stop" and x >= _M) == list(
+        range(_M, _M + 40)
+    )
+    assert it.get_state()["stop"] is True
