@@ -206,11 +206,12 @@ def _to_window_shuffle(it: DatasetIterator[Any], state: State) -> Any:
 def _to_mix(it: DatasetIterator[Any], state: State) -> Any:
     if not isinstance(state["parents"], list):
         raise CheckpointError("Grain's mix reads its datasets by position, not by name.")
-    extra = [key for key in ("weights", "exhausted") if state.get(key) is not None]
+    extra = [key for key in ("weights", "exhausted", "credits") if state.get(key) is not None]
     if extra:  # chute's additions: set_mix_weights, on_exhausted="continue"
         raise CheckpointError(
             f"this mix's state holds {' and '.join(extra)} (weights set on the running mix, "
-            "or datasets that ran out under on_exhausted='continue'), which Grain's mix "
+            "datasets that ran out under on_exhausted='continue', or the credits of weights "
+            "that follow a function), which Grain's mix "
             "state cannot hold; restore it with chute."
         )
     parents = [to_grain(p, s) for p, s in zip(it._parents, state["parents"])]

@@ -6,6 +6,7 @@ the mix stops at the first turn whose dataset has run out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,6 +74,7 @@ class MixedIterDataset(IterDataset[Any]):
         super().__init__(parents)
         self._keys = keys
         self._schedule = schedule
+        self._smooth = schedule is not None and not schedule.all_points()
         for step, points in schedule.all_points() if schedule else ():
             ordered_weights(points, keys, len(parents), f"{where}: the schedule at step {step}")
         if schedule is None:
@@ -136,6 +138,18 @@ def _live_weights(it: _MixIterator, key: str, value: Any, where: str) -> None:
         raise refuse(it, key, where, f"one weight per dataset ({exc})", value) from None
 
 
+def _credit_list(it: _MixIterator, key: str, value: Any, where: str) -> None:
+    """The credits of a mix whose weights follow a function: one finite number per dataset."""
+    n = len(it._parents)
+    if it._credits is None or not (
+        isinstance(value, list)
+        and len(value) == n
+        and all(isinstance(c, (int, float)) and math.isfinite(c) and abs(c) <= n for c in value)
+    ):
+        why = "no credits (its weights do not follow a function)" if it._credits is None else ""
+        raise refuse(it, key, where, why or f"a list of {n} finite numbers", value)
+
+
 def _exhausted_flags(it: _MixIterator, key: str, value: Any, where: str) -> None:
     """Which datasets ran out, with ``on_exhausted="continue"``: one bool per dataset."""
     n = len(it._parents)
@@ -156,6 +170,7 @@ class _MixIterator(DatasetIterator[Any]):
         stop=flag,
         weights=optional(_live_weights),
         exhausted=optional(_exhausted_flags),
+        credits=optional(_credit_list),
     )
 
     def __init__(self, ds: MixedIterDataset) -> None:
@@ -167,6 +182,10 @@ class _MixIterator(DatasetIterator[Any]):
         self._live: list[float] | None = None  # weights set on the running mix
         self._counts = [0] * len(self._parents)  # elements each dataset gave (statistics)
         self._out = [False] * len(self._parents)  # datasets that ran out (on_exhausted="continue")
+        # A mix whose weights follow a function of the step picks by credits (see _smooth_turn).
+        self._credits = [0.0] * len(self._parents) if ds._smooth else None
+        self._pending: list[float] | None = None  # the credits after the turn being taken
+        self._now: tuple[float, list[float]] = (-1.0, [])  # (until, weights) of the stretch
         self._ids: np.ndarray | None = None  # the datasets still running, when some are out
 
     @property
@@ -207,8 +226,38 @@ class _MixIterator(DatasetIterator[Any]):
         checked = self._running(ds._weights(weights, f"at step {index}"))
         return _proportions(checked, "mix weights"), until
 
+    def _smooth_turn(self, index: int) -> int:
+        """The turn of a mix whose weights change with every step (a function schedule).
+
+        Grain's pattern for weights that differ at every position would pick about
+        as unevenly as chance; credits keep every source within about one element
+        of its due: each turn adds each running source's share of the weights in
+        force to its credit, the source with the most credit (the first on a tie)
+        takes the turn and gives up one.  The credits are in the state.
+        """
+        credits = self._credits
+        assert credits is not None
+        until, weights = self._now
+        if self._live is not None:
+            weights = self._live
+        elif index >= until or index < until - self._ds._schedule._every:  # a new stretch
+            raw, end = self._ds._schedule.at(index)
+            weights = self._ds._weights(raw, f"at step {index}")
+            self._now = (end, weights)
+        running = [k for k, out in enumerate(self._out) if not out]
+        total = sum(weights[k] for k in running)
+        new = list(credits)
+        for k in running:
+            new[k] += weights[k] / total
+        turn = max(running, key=lambda k: (new[k], -k))
+        new[turn] -= 1.0
+        self._pending = new
+        return turn
+
     def _turn(self, index: int) -> int:
         """The dataset that yields mix element ``index``."""
+        if self._credits is not None:
+            return self._smooth_turn(index)
         offset = index - self._block_start
         if not 0 <= offset < len(self._block):
             props, until = self._props_at(index)
@@ -238,9 +287,11 @@ class _MixIterator(DatasetIterator[Any]):
                 continue
             except Exception:
                 self._index += 1  # the failing element took its turn
+                self._credits = self._pending or self._credits
                 raise
             self._index += 1
             self._counts[turn] += 1
+            self._credits = self._pending or self._credits
             return element
 
     def _run_out(self, turn: int) -> None:
@@ -257,6 +308,8 @@ class _MixIterator(DatasetIterator[Any]):
             extra["weights"] = list(self._live)
         if any(self._out):
             extra["exhausted"] = list(self._out)
+        if self._credits is not None:
+            extra["credits"] = list(self._credits)
         return self._state(parents=parents, index=self._index, stop=self._stop, **extra)
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -266,6 +319,12 @@ class _MixIterator(DatasetIterator[Any]):
         self._counts = [0] * len(self._parents)
         self._out = [False] * len(self._parents)
         self._ids = None
+        self._now = (-1.0, [])
+        saved = state.get("credits")
+        if self._credits is not None:
+            self._credits = (
+                [0.0] * len(self._parents) if saved is None else [float(c) for c in saved]
+            )
         for k, out in enumerate(state.get("exhausted") or ()):
             if out:
                 self._run_out(k)
