@@ -57,6 +57,7 @@ __all__ = [
     "forget",
     "merge",
     "observe",
+    "read_mix",
     "set_gauge",
     "snapshot",
 ]
@@ -227,8 +228,8 @@ def add_mix_sources(owner: Any, stage: str) -> None:
     (labels: ``stage``, the source's position), for as long as it lives.
 
     ``owner.counts`` (elements per source since it was built or restored) is read when
-    the metrics are read, never per element: what it counted after the last read is
-    left out once it is gone, and a restore that sets its counts back counts on from there.
+    the metrics are read, never per element; call ``read_mix(owner)`` before a restore
+    sets its counts back, or before it closes, so that nothing it counted is left out.
     """
     key = id(owner)
 
@@ -238,11 +239,18 @@ def add_mix_sources(owner: Any, stage: str) -> None:
     _mixes[key] = (weakref.ref(owner, gone), stage, [])
 
 
-def _read_mixes() -> None:
-    """Adds what each live mix iterator counted since the last read to ``mix_elements``
-    (with ``_lock`` held)."""
+def read_mix(owner: Any) -> None:
+    """Adds what the mix iterator ``owner`` counted since the last read to ``mix_elements``."""
+    with _lock:
+        _read_mixes(id(owner))
+
+
+def _read_mixes(only: int | None = None) -> None:
+    """Adds what each live mix iterator (or the one of id ``only``) counted since the
+    last read to ``mix_elements`` (with ``_lock`` held)."""
     counted = _labelled["mix_elements"]
-    for ref, stage, seen in list(_mixes.values()):
+    entries = list(_mixes.values()) if only is None else [_mixes[only]] if only in _mixes else []
+    for ref, stage, seen in entries:
         owner = ref()
         if owner is None:
             continue

@@ -114,12 +114,26 @@ def _timed_dataset(node: Any, record: StageRecord, started: Callable[[Any], None
             if type(it).__dict__.get("_chute_record") is record and isinstance(it, CountsPerSource):
                 record.add_mixer(it)
                 metrics.add_mix_sources(it, stage_label(node))
+                _counted_first(type(it))
             return it
 
         extra = {"__iter__": __iter__}
     copied = copy.copy(node)
     copied.__class__ = timed_class(cls, record, extra)
     return copied
+
+
+def _counted_first(cls: type) -> None:
+    """A timed mix iterator's class (made for it alone): its counts go into the metrics
+    before a restore sets them back and before it closes."""
+    for name in ("set_state", "close"):
+        method = getattr(cls, name)
+
+        def call(self: Any, *args: Any, _method: Any = method) -> Any:
+            metrics.read_mix(self)
+            return _method(self, *args)
+
+        setattr(cls, name, call)
 
 
 def instrument(ds: Any) -> tuple[Any, Collector]:
