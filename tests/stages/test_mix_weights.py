@@ -95,6 +95,9 @@ def test_fixed_weights_give_grains_states() -> None:
 
 
 _TWO = [(0, 100), (100, 200)]
+# Grain's tail for three datasets restored from [0.5, 0.3, 0.2] into [0.2, 0.3, 0.5] at 10:
+_TAIL_3 = (5, 103, 202, 104, 203, 6, 204, 105, 205, 206, 7, 106, 207, 107, 208, 8, 209, 108)
+_TAIL_3 += (210, 211)
 _THREE = [(0, 100), (100, 200), (200, 300)]
 
 
@@ -147,8 +150,7 @@ _THREE = [(0, 100), (100, 200), (200, 300)]
             10,
             [0.2, 0.3, 0.5],
             [0, 100, 1, 101, 2, 200, 3, 102, 4, 201],
-            [5, 103, 202, 104, 203, 6, 204, 105, 205, 206, 7, 106, 207, 107, 208, 8, 209, 108]
-            + [210, 211],
+            list(_TAIL_3),
         ),
         (
             _THREE,
@@ -319,6 +321,10 @@ def _sources(n: int) -> list[IterDataset[int]]:
     return [_iter(k * _M, (k + 1) * _M) for k in range(n)]
 
 
+def _ids(out: list[int]) -> np.ndarray:
+    return np.asarray(out, dtype=np.int64) // _M
+
+
 def _named_sources(names: str) -> dict[str, IterDataset[int]]:
     return {name: _iter(k * _M, (k + 1) * _M) for k, name in enumerate(names)}
 
@@ -345,13 +351,19 @@ def _run(
     return out
 
 
-def _check_order(out: list[int], weights_at: Callable[[int], list[float]]) -> None:
-    """Element k comes from Grain's pattern at k for the weights in force at k, and
-    each dataset's elements come out in order, none left out or repeated."""
+def _check_in_order(out: list[int]) -> None:
+    """Each dataset's elements come out in order, none left out or repeated."""
     ids = [x // _M for x in out]
-    assert ids == [_source_at(weights_at(k), k) for k in range(len(out))]
     for i in set(ids):
         assert [x - i * _M for x in out if x // _M == i] == list(range(ids.count(i)))
+
+
+def _check_order(out: list[int], weights_at: Callable[[int], list[float]]) -> None:
+    """Element k comes from Grain's pattern at k for the weights in force at k (fixed
+    weights, points of a schedule, live weights), and nothing is lost or repeated."""
+    ids = [x // _M for x in out]
+    assert ids == [_source_at(weights_at(k), k) for k in range(len(out))]
+    _check_in_order(out)
 
 
 def _ramp(step: int) -> list[float]:
@@ -384,7 +396,8 @@ def test_a_function_schedule_resumes_anywhere(every: int) -> None:
         return IterDataset.mix(_sources(3), WeightSchedule(fn=_ramp, every=every))
 
     whole = _run(make, 1300)
-    _check_order(whole, lambda k: _ramp(k - k % every))
+    _check_in_order(whole)
+    assert _ids(whole[-300:]).tolist().count(2) > 2 * _ids(whole[:300]).tolist().count(2)
     saves = (0, 1, 49, 50, 51, 99, 100, 777, 999, 1000, 1001, 1250)
     for save in saves:
         assert _run(make, 1300, save_at=(save,)) == whole, save
@@ -392,8 +405,12 @@ def test_a_function_schedule_resumes_anywhere(every: int) -> None:
 
 
 def test_a_plain_callable_is_a_schedule_evaluated_every_step() -> None:
-    whole = _run(lambda: IterDataset.mix(_sources(3), _ramp), 1200, save_at=(3, 600, 1000))
-    _check_order(whole, _ramp)
+    def make(weights: Any) -> Callable[[], IterDataset[int]]:
+        return lambda: IterDataset.mix(_sources(3), weights)
+
+    whole = _run(make(_ramp), 1200, save_at=(3, 600, 1000))
+    assert whole == _run(make(WeightSchedule(fn=_ramp, every=1)), 1200)
+    _check_in_order(whole)
 
 
 def test_a_live_change_before_a_save_holds_after_the_restore() -> None:
@@ -452,17 +469,28 @@ def test_named_datasets_take_named_schedules_and_live_changes() -> None:
     def by_function(step: int) -> dict[str, float]:
         return {"a": 1.0, "b": 1.0 + step / 100, "c": 1.0}
 
-    ramp = _run(lambda: IterDataset.mix(_named_sources("abc"), by_function), 400, save_at=(77,))
-    _check_order(ramp, lambda k: [1.0, 1.0 + k / 100, 1.0])
+    def ramp() -> IterDataset[int]:
+        return IterDataset.mix(_named_sources("abc"), by_function)
+
+    whole = _run(ramp, 400)
+    assert _run(ramp, 400, save_at=(77, 301)) == whole
+    _check_in_order(whole)
+    assert _ids(whole[-100:]).tolist().count(1) > 60  # b's weight grew from 1/3 to 5/7
 
 
 # --- 3. nothing lost or repeated ----------------------------------------------------
 
 
-def test_long_runs_with_changes_lose_and_repeat_nothing() -> None:
+def _wave(step: int) -> list[float]:
+    return [1.0 + math.sin(step / 997 + k) for k in range(5)]
+
+
+@pytest.mark.parametrize("by", ["points", "function"])
+def test_long_runs_with_changes_lose_and_repeat_nothing(by: str) -> None:
     rng = np.random.default_rng(37)
     n = 5
     points = {0: [1] * n, 7_000: [0.05, 0.1, 0.15, 0.2, 0.5], 19_000: [0.5, 0.2, 0.1, 0.1, 0.1]}
+    schedule = WeightSchedule(points) if by == "points" else WeightSchedule(fn=_wave, every=3)
     live: dict[int, Any] = {
         int(s): [float(w) for w in rng.uniform(0.05, 1, n)] for s in rng.integers(0, 30_000, 6)
     }
@@ -470,7 +498,7 @@ def test_long_runs_with_changes_lose_and_repeat_nothing() -> None:
     saves = tuple(int(s) for s in rng.integers(0, 30_000, 5))
 
     def make() -> IterDataset[int]:
-        return IterDataset.mix(_sources(n), WeightSchedule(points))
+        return IterDataset.mix(_sources(n), schedule)
 
     out = _run(make, 30_000, live, save_at=saves)
     for i in range(n):
@@ -514,3 +542,154 @@ def test_a_live_change_towards_an_exhausted_dataset_stops_the_mix() -> None:
         range(_M, _M + 40)
     )
     assert it.get_state()["stop"] is True
+
+
+# --- 4. proportions in every window -------------------------------------------------
+
+_WINDOW = 1000
+WORST: dict[str, float] = {}  # worst deviation per case, in percentage points (printed with -s)
+
+
+def _window_deviation(ids: np.ndarray, shares: np.ndarray, constant_only: bool) -> float:
+    """Worst |share of a dataset in a window - its (mean) weight there|, in points.
+
+    ``shares[k]`` is the normalised weights in force at element k.  With
+    ``constant_only``, only windows that lie within one constant-weight stretch count.
+    """
+    n = shares.shape[1]
+    got = np.vstack([np.zeros(n), np.cumsum(np.eye(n)[ids], axis=0)])
+    want = np.vstack([np.zeros(n), np.cumsum(shares, axis=0)])
+    dev = np.abs((got[_WINDOW:] - got[:-_WINDOW]) - (want[_WINDOW:] - want[:-_WINDOW])) / _WINDOW
+    if constant_only:
+        changes = np.concatenate([[0], np.any(shares[1:] != shares[:-1], axis=1)])
+        inside = np.concatenate([[0], np.cumsum(changes)])
+        # window [i, i + W) is constant when no change happens at i + 1 .. i + W - 1
+        keep = inside[_WINDOW:] - inside[1 : len(inside) - _WINDOW + 1] == 0
+        assert keep.sum() >= 1000  # enough windows to mean something
+        dev = dev[keep]
+    return float(dev.max() * 100)
+
+
+def _normalised(weights: list[float]) -> list[float]:
+    return [w / sum(weights) for w in weights]
+
+
+def _piecewise_cases() -> list[tuple[str, dict[int, list[float]]]]:
+    return [
+        ("2 sources", {0: [0.5, 0.5], 3000: [0.05, 0.95], 7000: [0.3, 0.7]}),
+        ("3 sources", {0: [0.5, 0.3, 0.2], 2500: [0.2, 0.3, 0.5], 6000: [0.1, 0.7, 0.2]}),
+        (
+            "5 sources",
+            {
+                0: [0.05, 0.1, 0.15, 0.2, 0.5],
+                3000: [0.2] * 5,
+                5500: [0.5, 0.2, 0.1, 0.1, 0.1],
+                8000: [0.06, 0.44, 0.25, 0.1, 0.15],
+            },
+        ),
+        ("8 sources", {0: [1] * 8, 4000: [0.05] * 4 + [0.2] * 4, 8000: [0.3] + [0.1] * 7}),
+    ]
+
+
+@pytest.mark.parametrize(("name", "points"), _piecewise_cases())
+def test_every_window_of_a_piecewise_schedule_holds_its_weights(
+    name: str, points: dict[int, list[float]]
+) -> None:
+    n = len(points[0])
+    out = _run(lambda: IterDataset.mix(_sources(n), WeightSchedule(points)), 11_000)
+    at = sorted(points)
+    shares = np.array([_normalised(points[max(s for s in at if s <= k)]) for k in range(11_000)])
+    WORST[f"piecewise, {name}"] = worst = _window_deviation(_ids(out), shares, True)
+    print(f"worst window deviation, piecewise {name}: {worst:.3f} pp")
+    assert worst <= 1.0
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8])
+def test_every_window_after_live_changes_holds_the_live_weights(n: int) -> None:
+    rng = np.random.default_rng(n)
+    live = {}
+    for s in (1500, 4000, 4200, 4400, 6000, 9000):
+        spread = rng.dirichlet([1.0] * n)
+        if s == 1500:  # one dataset at the 5% floor
+            spread[0] = 0.0
+            spread /= spread.sum()
+        live[s] = [float(w) for w in 0.05 + (1 - 0.05 * n) * spread]
+    out = _run(lambda: IterDataset.mix(_sources(n)), 11_000, live)
+    current, rows = [1.0] * n, []
+    for k in range(11_000):
+        current = live.get(k, current)
+        rows.append(_normalised(current))
+    assert min(min(r) for r in rows) >= 0.045
+    WORST[f"live, {n} sources"] = worst = _window_deviation(_ids(out), np.array(rows), True)
+    print(f"worst window deviation, live changes, {n} sources: {worst:.3f} pp")
+    assert worst <= 1.0
+
+
+def _linear(w0: list[float], w1: list[float], steps: int) -> Callable[[int], list[float]]:
+    def weights(step: int) -> list[float]:
+        t = min(step / steps, 1.0)
+        return [(1 - t) * a + t * b for a, b in zip(w0, w1)]
+
+    return weights
+
+
+_RAMPS = [
+    ([0.5, 0.5], [0.2, 0.8]),
+    ([0.1, 0.3, 0.6], [0.6, 0.3, 0.1]),
+    ([0.2] * 5, [0.05, 0.1, 0.15, 0.2, 0.5]),
+    ([0.125] * 8, [0.3] + [0.1] * 7),
+]
+
+
+def _ramp_deviation(w0: list[float], w1: list[float], every: int) -> float:
+    fn = _linear(w0, w1, 20_000)
+    out = _run(
+        lambda: IterDataset.mix(_sources(len(w0)), WeightSchedule(fn=fn, every=every)), 22_000
+    )
+    shares = np.array([_normalised(fn(k - k % every)) for k in range(22_000)])
+    return _window_deviation(_ids(out), shares, False)
+
+
+@pytest.mark.parametrize(("w0", "w1"), _RAMPS)
+def test_every_window_of_a_ramp_evaluated_every_50_steps_holds_its_mean_weight(
+    w0: list[float], w1: list[float]
+) -> None:
+    WORST[f"ramp every=50, {len(w0)} sources"] = worst = _ramp_deviation(w0, w1, 50)
+    print(f"worst window deviation, linear ramp every=50, {len(w0)} sources: {worst:.3f} pp")
+    assert worst <= 1.0
+
+
+@pytest.mark.parametrize(("w0", "w1"), _RAMPS)
+def test_every_window_of_a_ramp_evaluated_every_step_holds_its_mean_weight(
+    w0: list[float], w1: list[float]
+) -> None:
+    WORST[f"ramp every=1, {len(w0)} sources"] = worst = _ramp_deviation(w0, w1, 1)
+    print(f"worst window deviation, linear ramp every=1, {len(w0)} sources: {worst:.3f} pp")
+    assert worst <= 1.0
+
+
+def test_the_state_does_not_grow_with_the_elements_read() -> None:
+    it = iter(IterDataset.mix(_sources(5), WeightSchedule(fn=_ramp_of_5, every=7)))
+    _take(it, 1000)
+    set_mix_weights(it, [0.1, 0.2, 0.3, 0.2, 0.2])
+    early = it.get_state()
+    _take(it, 99_000)
+    late = it.get_state()
+    assert late["index"] == 100_000
+    small, big = len(json.dumps(early)), len(json.dumps(late))
+    print(f"state size: {small} bytes at 1e3 elements, {big} bytes at 1e5")
+    assert _shape(late) == _shape(early)  # the same keys and lists, only numbers differ
+    assert big <= small + 40  # a few more digits, nothing per element read
+
+
+def _shape(state: Any) -> Any:
+    """``state`` with every number replaced by 0."""
+    if isinstance(state, dict):
+        return {k: _shape(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_shape(v) for v in state]
+    return 0 if isinstance(state, (int, float)) and not isinstance(state, bool) else state
+
+
+def _ramp_of_5(step: int) -> list[float]:
+    return [1.0, 1.0 + step % 1000 / 1000, 1.0, 2.0, 1.0]
