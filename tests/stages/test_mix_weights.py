@@ -693,3 +693,162 @@ def _shape(state: Any) -> Any:
 
 def _ramp_of_5(step: int) -> list[float]:
     return [1.0, 1.0 + step % 1000 / 1000, 1.0, 2.0, 1.0]
+
+
+# --- 6. bad input: a clear error, and nothing changed ---------------------------------
+
+_NAN, _INF = float("nan"), float("inf")
+_BAD = [
+    ([-1, 2], ValueError, r"finite and > 0 \(weights\[0\] is -1\)"),
+    ([1, _NAN], ValueError, r"finite and > 0 \(weights\[1\] is nan\)"),
+    ([_INF, 1], ValueError, r"finite and > 0 \(weights\[0\] is inf\)"),
+    ([0, 0], ValueError, r"Must specify all non-zero proportions.*weights\[0\] is 0"),
+    ([0.0, 1], ValueError, r"Must specify all non-zero proportions.*weights\[0\] is 0"),
+    ([1, 2, 3], ValueError, "got 3 weights for 2 datasets"),
+    ([1], ValueError, "got 1 weights for 2 datasets"),
+    ([1, "2"], TypeError, r"weights\[1\] must be a number \(got '2'\)"),
+    ("12", TypeError, "must be a list of numbers"),
+]
+
+
+def _pair() -> list[IterDataset[int]]:
+    return _sources(2)
+
+
+@pytest.mark.parametrize(("weights", "error", "match"), _BAD)
+def test_bad_fixed_weights_are_refused_when_building(weights: Any, error: type, match: str) -> None:
+    with pytest.raises(error, match=match) as caught:
+        IterDataset.mix(_pair(), weights)
+    assert "IterDataset.mix(): " in str(caught.value)
+
+
+@pytest.mark.parametrize(("weights", "error", "match"), _BAD)
+def test_bad_weights_in_a_schedules_points_are_refused_when_building(
+    weights: Any, error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match) as caught:
+        IterDataset.mix(_pair(), WeightSchedule({0: [1, 1], 500: weights}))
+    assert "IterDataset.mix(): the schedule at step 500: " in str(caught.value)
+
+
+def test_named_points_that_name_an_unknown_dataset_are_refused_when_building() -> None:
+    points = {0: {"a": 1, "b": 1}, 9: {"a": 1, "c": 2}}
+    with pytest.raises(ValueError, match=r"step 9: the weights name \['c'\] unknown.*leave out"):
+        IterDataset.mix(_named_sources("ab"), WeightSchedule(points))
+
+
+@pytest.mark.parametrize(
+    ("points", "fn", "every", "error", "match"),
+    [
+        (None, None, 1, TypeError, "either points"),
+        ({0: [1, 1]}, lambda s: [1, 1], 1, TypeError, "either points"),
+        ({}, None, 1, TypeError, "non-empty mapping"),
+        ({5: [1, 1]}, None, 1, ValueError, "must start at step 0"),
+        ({0: [1, 1], -3: [1, 2]}, None, 1, ValueError, "step of points"),
+        ({0: [1, 1], 2.5: [1, 2]}, None, 1, TypeError, "step of points"),
+        (None, 3, 1, TypeError, "fn"),
+        (None, lambda s: [1, 1], 0, ValueError, "every"),
+    ],
+)
+def test_a_bad_schedule_is_refused(
+    points: Any, fn: Any, every: int, error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        WeightSchedule(points, fn, every=every)
+
+
+class _FailsOnce:
+    """Weights that ramp, except that the first call for step ``bad`` returns ``wrong``."""
+
+    def __init__(self, bad: int, wrong: Any) -> None:
+        self.bad, self.wrong, self.failed = bad, wrong, False
+
+    def __call__(self, step: int) -> Any:
+        if step == self.bad and not self.failed:
+            self.failed = True
+            return self.wrong
+        return [1.0, 1.0 + step / 100]
+
+
+@pytest.mark.parametrize("every", [1, 50])
+@pytest.mark.parametrize(("weights", "error", "match"), _BAD[:-1])
+def test_a_function_that_returns_bad_weights_fails_that_step_and_changes_nothing(
+    every: int, weights: Any, error: type, match: str
+) -> None:
+    bad = 150  # a step where the function is called with every=1 and every=50
+
+    def make(fn: Any) -> IterDataset[int]:
+        return IterDataset.mix(_pair(), WeightSchedule(fn=fn, every=every))
+
+    good = _take(iter(make(_FailsOnce(-1, None))), 300)
+    it = iter(make(_FailsOnce(bad, weights)))
+    head = _take(it, bad)
+    before = it.get_state()
+    with pytest.raises(error, match=match) as caught:
+        next(it)
+    assert f"mix weights at step {bad}: " in str(caught.value)
+    assert it.get_state() == before
+    assert head + _take(it, 300 - bad) == good  # as if it had never failed
+
+
+@pytest.mark.parametrize(("weights", "error", "match"), _BAD[:-1])
+def test_bad_live_weights_are_refused_and_change_nothing(
+    weights: Any, error: type, match: str
+) -> None:
+    def make() -> IterDataset[int]:
+        return IterDataset.mix(_pair(), WeightSchedule({0: [1, 1], 20: [1, 3]}))
+
+    good = _run(make, 60, {10: [3, 1]})
+    it = iter(make())
+    head = _take(it, 10)
+    set_mix_weights(it, [3, 1])
+    before = it.get_state()
+    with pytest.raises(error, match=match) as caught:
+        set_mix_weights(it, weights)
+    assert "mix weights set on the mix: " in str(caught.value)
+    with pytest.raises(error, match=match):
+        it.set_weights(weights)
+    assert it.get_state() == before
+    assert it.weights == [3, 1]
+    assert head + _take(it, 50) == good
+
+
+@pytest.mark.parametrize(
+    ("weights", "match"),
+    [
+        ({"a": 1, "c": 2}, r"name \['c'\] unknown dataset\(s\) and leave out \['b'\]"),
+        ({"a": 1, "b": 2, "c": 3}, r"name \['c'\] unknown dataset\(s\) and leave out none"),
+        ({"a": 1}, r"leave out \['b'\]"),
+        ({"a": 1, "b": -2}, r"finite and > 0 \(weights\[1\] is -2\)"),
+    ],
+)
+def test_a_live_change_naming_an_unknown_dataset_is_refused_and_changes_nothing(
+    weights: dict[str, float], match: str
+) -> None:
+    def make() -> IterDataset[int]:
+        return IterDataset.mix(_named_sources("ab"), {"a": 1, "b": 2})
+
+    good = _take(iter(make()), 40)
+    it = iter(make())
+    head = _take(it, 7)
+    before = it.get_state()
+    with pytest.raises(ValueError, match=match):
+        set_mix_weights(it, weights)
+    assert it.get_state() == before
+    assert head + _take(it, 33) == good
+
+
+def test_live_weights_for_a_list_of_datasets_cannot_be_a_mapping() -> None:
+    it = iter(IterDataset.mix(_pair()))
+    with pytest.raises(TypeError, match="a mapping only when datasets is one too"):
+        set_mix_weights(it, {"a": 1, "b": 2})
+    assert "weights" not in it.get_state()
+
+
+def test_set_mix_weights_needs_exactly_one_mix_in_this_process() -> None:
+    with pytest.raises(ValueError, match="runs 0 mix stages"):
+        set_mix_weights(iter(_pair()[0]), [1, 2])
+    inner = IterDataset.mix(_pair())
+    two = iter(IterDataset.mix([inner, IterDataset.mix(_pair())]))
+    with pytest.raises(ValueError, match="runs 3 mix stages.*the mix's own iterator"):
+        set_mix_weights(two, [1, 2])
