@@ -208,3 +208,17 @@ def test_profile_prints_each_sources_share_beside_its_weight(
     out, err = capsys.readouterr()
     assert status == 0, err
     assert f"elements per source (realised share / weight): {SHARES}." in out
+
+
+def test_a_mix_without_statistics_still_counts_its_sources_in_the_metrics() -> None:
+    from chute._core import metrics
+
+    a = chute.MapDataset.range(100).to_iter_dataset()
+    b = chute.MapDataset.range(100, 200).to_iter_dataset()
+    before = dict(metrics.snapshot().get("mix_elements") or {})
+    with iter(chute.IterDataset.mix([a, b], [0.7, 0.3])) as it:
+        for _ in range(50):
+            next(it)
+        counted = metrics.snapshot()["mix_elements"]
+    gained = sum(counted.values()) - sum(before.values())
+    assert gained == 50

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from chute._core import metrics
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
 from chute._core.errors import CheckpointError
 from chute._core.pipeline_context import iter_inside, join
@@ -185,6 +186,8 @@ class _MixIterator(DatasetIterator[Any]):
         # A mix whose weights follow a function of the step picks by credits (see _smooth_turn).
         self._credits = [0.0] * len(self._parents) if ds._smooth else None
         self._pending: list[float] | None = None  # the credits after the turn being taken
+        self._every = ds._schedule.every if ds._schedule is not None else 1
+        metrics.add_mix_sources(self, "mix")  # elements per source, read with the metrics
         self._now: tuple[float, list[float]] = (-1.0, [])  # (until, weights) of the stretch
         self._ids: np.ndarray | None = None  # the datasets still running, when some are out
 
@@ -240,7 +243,8 @@ class _MixIterator(DatasetIterator[Any]):
         until, weights = self._now
         if self._live is not None:
             weights = self._live
-        elif index >= until or index < until - self._ds._schedule._every:  # a new stretch
+        elif index >= until or index < until - self._every:  # a new stretch
+            assert self._ds._schedule is not None  # a function schedule: see _smooth
             raw, end = self._ds._schedule.at(index)
             weights = self._ds._weights(raw, f"at step {index}")
             self._now = (end, weights)
@@ -314,6 +318,7 @@ class _MixIterator(DatasetIterator[Any]):
 
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._check_state(state, "parents", "index", "stop")
+        metrics.read_mix(self)  # what it counted goes into the metrics before counts restart
         live = state.get("weights")
         self._live = None if live is None else self._ds._weights(live, "in the state")
         self._counts = [0] * len(self._parents)
@@ -335,6 +340,11 @@ class _MixIterator(DatasetIterator[Any]):
             else:
                 self._parents[k].set_state(parent_state)
         self._index, self._stop = int(state["index"]), bool(state["stop"])
+
+    def close(self) -> None:
+        """Closes every dataset's iterator; what the mix counted goes into the metrics."""
+        metrics.read_mix(self)
+        super().close()
 
     def _named_parts(self, saved: Any) -> list[tuple[Any, Any]]:
         """(name or position, saved state or None) for each dataset, in order."""

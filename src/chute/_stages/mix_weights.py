@@ -94,6 +94,11 @@ class WeightSchedule:
             )
         self._weights = [points[s] for s in self._steps]
 
+    @property
+    def every(self) -> int:
+        """How often a function schedule is evaluated, in steps (1 for points)."""
+        return self._every
+
     def at(self, step: int) -> tuple[Any, float]:
         """The weights in force at ``step``, and the step from which they may change.
 
