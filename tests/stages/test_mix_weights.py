@@ -849,5 +849,18 @@ def test_set_mix_weights_needs_exactly_one_mix_in_this_process() -> None:
         set_mix_weights(iter(_pair()[0]), [1, 2])
     inner = IterDataset.mix(_pair())
     two = iter(IterDataset.mix([inner, IterDataset.mix(_pair())]))
-    with pytest.raises(ValueError, match="runs 3 mix stages.*the mix's own iterator"):
+    with pytest.raises(ValueError, match="runs 3 mix stages.*one mix's own iterator"):
         set_mix_weights(two, [1, 2])
+
+
+def test_a_function_schedule_that_returns_none_raises_at_that_step() -> None:
+    def fn(step: int) -> list[int] | None:
+        return [9, 1] if step < 4 else None
+
+    with iter(IterDataset.mix(_pair(), fn)) as it:
+        head = [next(it) for _ in range(4)]
+        state = it.get_state()
+        with pytest.raises(TypeError, match="at step 4: got None"):
+            next(it)
+        assert it.get_state() == state  # nothing changed
+    assert len(head) == 4

@@ -91,8 +91,8 @@ def _check_weights(weights: Any, n: int, where: str) -> list[float]:
         if not (math.isfinite(w) and w > 0):
             raise ValueError(
                 ("Must specify all non-zero proportions for mixing. chute: " if w == 0 else "")
-                + f"{where}: weights must be finite and > 0 (weights[{k}] is {w!r}); "
-                "leave a dataset out instead of giving it weight 0."
+                + f"{where}: weights must be finite and > 0 (weights[{k}] is {w!r})"
+                + ("; leave a dataset out instead of giving it weight 0." if w == 0 else ".")
             )
         out.append(float(w))
     return out

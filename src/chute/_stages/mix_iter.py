@@ -85,9 +85,11 @@ class MixedIterDataset(IterDataset[Any]):
 
     def _weights(self, weights: Any, when: str) -> list[float]:
         """``weights`` checked and in the datasets' order; ``when`` names them for errors."""
+        if weights is None:  # equal weights are asked for by name only where None means that
+            raise TypeError(f"mix weights {when}: got None; give one positive weight per dataset.")
         return ordered_weights(weights, self._keys, len(self._parents), f"mix weights {when}")
 
-    def __iter__(self) -> DatasetIterator[Any]:
+    def __iter__(self) -> _MixIterator:
         return _MixIterator(self)
 
     def _describe(self) -> str:

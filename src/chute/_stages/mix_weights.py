@@ -168,13 +168,15 @@ def set_mix_weights(iterator: Any, weights: Any) -> None:
     """
     nodes = list(pipeline_nodes(iterator))
     mixes = [n for n in nodes if callable(getattr(n, "set_weights", None))]
-    if len(mixes) != 1:
-        workers = any(isinstance(n, Worker) for n in nodes)
-        where = (
-            " (a mix inside worker processes changes by a WeightSchedule only)" if workers else ""
-        )
+    if not mixes and any(isinstance(n, Worker) for n in nodes):
         raise ValueError(
-            f"set_mix_weights(): the iterator runs {len(mixes)} mix stages in this process"
-            f"{where}; call it on the mix's own iterator when there are several."
+            "set_mix_weights(): the iterator's mix runs in worker processes, where weights "
+            "change by a WeightSchedule only (a part of the pipeline each worker runs)."
+        )
+    if len(mixes) != 1:
+        advice = "call it on one mix's own iterator" if mixes else "build it with IterDataset.mix"
+        raise ValueError(
+            f"set_mix_weights(): the iterator runs {len(mixes)} mix stages in this process; "
+            f"{advice}."
         )
     mixes[0].set_weights(weights)
