@@ -225,15 +225,16 @@ def deviation(order: np.ndarray, name: str, s: int) -> dict[str, float]:
 # -- one group: S sources, in process or with workers ---------------------------------------
 
 
+def chute_run(chute: Any, s: int, weights: Any, workers: int) -> Any:
+    """``make_iter`` of chute's mix with ``weights``: the first ``M`` elements."""
+    return lambda: Limited(iter(mixed(chute, s, weights, workers)), M)
+
+
 def bench_group(chute: Any, grain: Any, torch: Any, s: int, workers: int, repeats: int) -> Any:
     where = f"{workers} workers" if workers else "in process"
     impls: dict[str, Impl] = {}
     for name, weights in schedules(chute, s).items():
-        impls[name] = Impl(
-            f"chute {name}",
-            lambda weights=weights: Limited(iter(mixed(chute, s, weights, workers)), M),
-            M,
-        )
+        impls[name] = Impl(f"chute {name}", chute_run(chute, s, weights, workers), M)
     impls["grain"] = Impl(
         "grain fixed",
         lambda: Limited(iter(mixed(grain, s, WEIGHTS[s], workers)), M_GRAIN),
@@ -273,7 +274,7 @@ def bench_group(chute: Any, grain: Any, torch: Any, s: int, workers: int, repeat
         except Exception:
             common.fail(impls["limit"], "check run")
     ref = outs["grain"]
-    common.mark_reference(impls["grain"], ref)
+    common.mark_reference(impls["grain"], None if ref is None else [ref])
     for key, impl in impls.items():
         got = outs.get(key)
         if key in ("grain",) or (key == "limit" and workers):
@@ -314,8 +315,9 @@ def bench_group(chute: Any, grain: Any, torch: Any, s: int, workers: int, repeat
     dev = {}
     if not workers:
         for key in ("fixed", "piecewise", "fn every=1", "fn every=100"):
-            if outs.get(key) is not None:
-                dev[key] = deviation(source_of(outs[key][:M]), key, s)
+            got = outs.get(key)
+            if got is not None:
+                dev[key] = deviation(source_of(got[:M]), key, s)
         if ref is not None:
             dev["grain fixed"] = deviation(source_of(ref), "fixed", s)
     return {
