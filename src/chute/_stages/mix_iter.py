@@ -18,7 +18,7 @@ from chute._core.errors import CheckpointError
 from chute._core.pipeline_context import iter_inside, join
 from chute._core.state_check import count, fields, flag, optional, refuse
 from chute._stages.mix import _check_parents, _check_weights, _proportions, _select
-from chute._stages.mix_weights import NEVER, WeightSchedule, ordered_weights
+from chute._stages.mix_weights import NEVER, Credits, WeightSchedule, ordered_weights
 
 _BLOCK = 512  # turns an iterator works out at a time
 
@@ -186,11 +186,9 @@ class _MixIterator(DatasetIterator[Any]):
         self._counts = [0] * len(self._parents)  # elements each dataset gave (statistics)
         self._out = [False] * len(self._parents)  # datasets that ran out (on_exhausted="continue")
         # A mix whose weights follow a function of the step picks by credits (see _smooth_turn).
-        self._credits = [0.0] * len(self._parents) if ds._smooth else None
-        self._pending: list[float] | None = None  # the credits after the turn being taken
+        self._credits = Credits(len(self._parents)) if ds._smooth else None
         self._every = ds._schedule.every if ds._schedule is not None else 1
         metrics.add_mix_sources(self, "mix")  # elements per source, read with the metrics
-        self._now: tuple[float, list[float]] = (-1.0, [])  # (until, weights) of the stretch
         self._ids: np.ndarray | None = None  # the datasets still running, when some are out
 
     @property
@@ -211,6 +209,12 @@ class _MixIterator(DatasetIterator[Any]):
         """Uses ``weights`` from the next element on (None: the mix's own again)."""
         self._live = None if weights is None else self._ds._weights(weights, "set on the mix")
         self._block = np.empty(0, dtype=np.int64)  # the next turn is worked out anew
+        self._replan()
+
+    def _replan(self) -> None:
+        """Turns worked out ahead by credits are worked out again from the next element."""
+        if self._credits is not None:
+            self._credits.reset(self._credits.at(self._index), self._index)
 
     def _running(self, weights: list[float]) -> list[float]:
         """``weights`` of the datasets still running (all, unless some ran out)."""
@@ -232,33 +236,22 @@ class _MixIterator(DatasetIterator[Any]):
         return _proportions(checked, "mix weights"), until
 
     def _smooth_turn(self, index: int) -> int:
-        """The turn of a mix whose weights change with every step (a function schedule).
-
-        Grain's pattern for weights that differ at every position would pick about
-        as unevenly as chance; credits keep every source within about one element
-        of its due: each turn adds each running source's share of the weights in
-        force to its credit, the source with the most credit (the first on a tie)
-        takes the turn and gives up one.  The credits are in the state.
-        """
+        """The turn of a mix whose weights follow a function of the step (``Credits``):
+        Grain's pattern, at weights that change that often, picks about as unevenly as
+        chance.  The credits are in the state."""
         credits = self._credits
         assert credits is not None
-        until, weights = self._now
+        turn = credits.turn(index)
+        if turn is not None:
+            return turn
         if self._live is not None:
-            weights = self._live
-        elif index >= until or index < until - self._every:  # a new stretch
+            weights, until = self._live, NEVER
+        else:
             assert self._ds._schedule is not None  # a function schedule: see _smooth
-            raw, end = self._ds._schedule.at(index)
+            raw, until = self._ds._schedule.at(index)
             weights = self._ds._weights(raw, f"at step {index}")
-            self._now = (end, weights)
         running = [k for k, out in enumerate(self._out) if not out]
-        total = sum(weights[k] for k in running)
-        new = list(credits)
-        for k in running:
-            new[k] += weights[k] / total
-        turn = max(running, key=lambda k: (new[k], -k))
-        new[turn] -= 1.0
-        self._pending = new
-        return turn
+        return credits.plan(index, weights, running, int(min(until - index, Credits.AHEAD)))
 
     def _turn(self, index: int) -> int:
         """The dataset that yields mix element ``index``."""
@@ -293,14 +286,13 @@ class _MixIterator(DatasetIterator[Any]):
                 continue
             except Exception:
                 self._index += 1  # the failing element took its turn
-                self._credits = self._pending or self._credits
                 raise
             self._index += 1
             self._counts[turn] += 1
-            self._credits = self._pending or self._credits
             return element
 
     def _run_out(self, turn: int) -> None:
+        self._replan()
         self._out[turn] = True
         self._ids = np.flatnonzero(~np.asarray(self._out))
         self._block = np.empty(0, dtype=np.int64)
@@ -315,7 +307,7 @@ class _MixIterator(DatasetIterator[Any]):
         if any(self._out):
             extra["exhausted"] = list(self._out)
         if self._credits is not None:
-            extra["credits"] = list(self._credits)
+            extra["credits"] = self._credits.at(self._index)
         return self._state(parents=parents, index=self._index, stop=self._stop, **extra)
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -326,12 +318,11 @@ class _MixIterator(DatasetIterator[Any]):
         self._counts = [0] * len(self._parents)
         self._out = [False] * len(self._parents)
         self._ids = None
-        self._now = (-1.0, [])
         saved = state.get("credits")
         if self._credits is not None:
-            self._credits = (
-                [0.0] * len(self._parents) if saved is None else [float(c) for c in saved]
-            )
+            zero = [0.0] * len(self._parents)
+            credits = zero if saved is None else [float(c) for c in saved]
+            self._credits.reset(credits, int(state["index"]))
         for k, out in enumerate(state.get("exhausted") or ()):
             if out:
                 self._run_out(k)

@@ -35,7 +35,7 @@ from chute._core.validate import check_callable, check_int
 from chute._execution.worker import Worker
 from chute._stages.mix import _check_weights
 
-__all__ = ["WeightSchedule", "set_mix_weights"]
+__all__ = ["Credits", "WeightSchedule", "set_mix_weights"]
 
 NEVER = math.inf  # the weights hold from here on
 
@@ -126,6 +126,65 @@ class WeightSchedule:
             return f"WeightSchedule(fn={name}, every={self._every})"
         points = ", ".join(f"{s}: {_plain(w)}" for s, w in zip(self._steps, self._weights))
         return f"WeightSchedule({{{points}}})"
+
+
+class Credits:
+    """The turns of a mix whose weights follow a function of the step, by credits.
+
+    Each turn adds each running source's share of the weights in force to its
+    credit; the source with the most credit (the first on a tie) takes the turn
+    and gives up one, so every source stays within about one element of its due.
+    While the weights hold (a stretch of a schedule with ``every``), the turns
+    are worked out ahead in one loop (``plan``); the credits at any element are
+    the same float operations replayed (``at``), so a state saved anywhere and
+    restored works out the very same turns.
+    """
+
+    #: The most turns worked out ahead at once.
+    AHEAD = 4096
+
+    def __init__(self, count: int) -> None:
+        self.reset([0.0] * count, 0)
+
+    def reset(self, credits: list[float], index: int) -> None:
+        """The credits before element ``index``; nothing worked out ahead."""
+        self._base, self._start = list(credits), index
+        self._turns: list[int] = []
+        self._shares: list[tuple[int, float]] = []
+
+    def turn(self, index: int) -> int | None:
+        """The turn of element ``index`` if it was worked out, else None."""
+        offset = index - self._start
+        return self._turns[offset] if 0 <= offset < len(self._turns) else None
+
+    def at(self, index: int) -> list[float]:
+        """The credits before element ``index`` (at or after the last ``plan``)."""
+        credits = list(self._base)
+        for turn in self._turns[: index - self._start]:
+            for k, share in self._shares:
+                credits[k] += share
+            credits[turn] -= 1.0
+        return credits
+
+    def plan(self, index: int, weights: list[float], running: list[int], length: int) -> int:
+        """Works out ``length`` turns from ``index`` for ``weights`` over the ``running``
+        sources; returns element ``index``'s."""
+        credits = self.at(index)
+        total = sum(weights[k] for k in running)
+        shares = [(k, weights[k] / total) for k in running]
+        turns = []
+        for _ in range(max(1, min(length, self.AHEAD))):
+            for k, share in shares:
+                credits[k] += share
+            best = running[0]
+            for k in running[1:]:
+                if credits[k] > credits[best]:
+                    best = k
+            credits[best] -= 1.0
+            turns.append(best)
+        self._base, self._start = self.at(index), index
+        self._turns, self._shares = turns, shares
+        return turns[0]
 
 
 def _plain(weights: Any) -> Any:
