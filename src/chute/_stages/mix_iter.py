@@ -174,6 +174,7 @@ class _MixIterator(DatasetIterator[Any]):
         weights=optional(_live_weights),
         exhausted=optional(_exhausted_flags),
         credits=optional(_credit_list),
+        credits_from=optional(count()),
     )
 
     def __init__(self, ds: MixedIterDataset) -> None:
@@ -214,7 +215,7 @@ class _MixIterator(DatasetIterator[Any]):
     def _replan(self) -> None:
         """Turns worked out ahead by credits are worked out again from the next element."""
         if self._credits is not None:
-            self._credits.reset(self._credits.at(self._index), self._index)
+            self._credits.cut(self._index)
 
     def _running(self, weights: list[float]) -> list[float]:
         """``weights`` of the datasets still running (all, unless some ran out)."""
@@ -244,14 +245,29 @@ class _MixIterator(DatasetIterator[Any]):
         turn = credits.turn(index)
         if turn is not None:
             return turn
+        if not credits.planned and index > credits.start:  # restored inside a stretch
+            credits.plan(*self._stretch_at(credits.start))  # worked out again, as it was
+            turn = credits.turn(index)
+            if turn is not None:
+                return turn
+        stretch = self._stretch_at(index)  # may raise: then nothing has changed
+        if index != credits.start:  # past the stretch worked out: the next starts here
+            credits.cut(index)
+        credits.plan(*stretch)
+        turn = credits.turn(index)
+        assert turn is not None
+        return turn
+
+    def _stretch_at(self, start: int) -> tuple[list[float], list[int], int]:
+        """The weights, the running datasets and the length of the stretch from ``start``."""
         if self._live is not None:
             weights, until = self._live, NEVER
         else:
             assert self._ds._schedule is not None  # a function schedule: see _smooth
-            raw, until = self._ds._schedule.at(index)
-            weights = self._ds._weights(raw, f"at step {index}")
+            raw, until = self._ds._schedule.at(start)
+            weights = self._ds._weights(raw, f"at step {start}")
         running = [k for k, out in enumerate(self._out) if not out]
-        return credits.plan(index, weights, running, int(min(until - index, Credits.AHEAD)))
+        return weights, running, int(min(until - start, Credits.AHEAD))
 
     def _turn(self, index: int) -> int:
         """The dataset that yields mix element ``index``."""
@@ -306,8 +322,9 @@ class _MixIterator(DatasetIterator[Any]):
             extra["weights"] = list(self._live)
         if any(self._out):
             extra["exhausted"] = list(self._out)
-        if self._credits is not None:
-            extra["credits"] = self._credits.at(self._index)
+        if self._credits is not None:  # where the stretch under way started, and its credits
+            extra["credits"] = list(self._credits.base)
+            extra["credits_from"] = self._credits.start
         return self._state(parents=parents, index=self._index, stop=self._stop, **extra)
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -322,7 +339,7 @@ class _MixIterator(DatasetIterator[Any]):
         if self._credits is not None:
             zero = [0.0] * len(self._parents)
             credits = zero if saved is None else [float(c) for c in saved]
-            self._credits.reset(credits, int(state["index"]))
+            self._credits.reset(credits, int(state.get("credits_from", 0)))
         for k, out in enumerate(state.get("exhausted") or ()):
             if out:
                 self._run_out(k)

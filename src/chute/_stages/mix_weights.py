@@ -17,9 +17,9 @@ change takes effect at once; Grain continues the new weights' pattern from
 position ``k`` in the same way when a checkpoint is restored into a mix with
 other weights.  Weights that follow a function of the step would make that
 pattern pick about as unevenly as chance (1.7 points over 1,000 elements for a
-ramp), so such a mix picks by credits instead (``_MixIterator._smooth_turn``):
-every source stays within about one element of what its weights so far are
-due, and the credits are in the state.  Each source keeps its own iterator, so
+ramp), so such a mix gives the turns by due dates instead (``Credits``): every
+source stays within about one element of what its weights so far are due, and
+the credits are in the state.  Each source keeps its own iterator, so
 no change ever drops or repeats an element.
 """
 
@@ -29,6 +29,8 @@ import bisect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from chute._core.pipeline_walk import pipeline_nodes
 from chute._core.validate import check_callable, check_int
@@ -129,62 +131,80 @@ class WeightSchedule:
 
 
 class Credits:
-    """The turns of a mix whose weights follow a function of the step, by credits.
+    """The turns of a mix whose weights follow a function of the step, by due dates.
 
-    Each turn adds each running source's share of the weights in force to its
-    credit; the source with the most credit (the first on a tie) takes the turn
-    and gives up one, so every source stays within about one element of its due.
-    While the weights hold (a stretch of a schedule with ``every``), the turns
-    are worked out ahead in one loop (``plan``); the credits at any element are
-    the same float operations replayed (``at``), so a state saved anywhere and
-    restored works out the very same turns.
+    Over a stretch where the weights hold, each running source ``k`` has a share
+    ``s_k`` of them and a credit ``d_k`` carried in from before; its ``m``-th turn
+    of the stretch falls due at ``(m - d_k) / s_k`` turns from the stretch's start,
+    and the turns go to the sources in the order they fall due (the lower source
+    on a tie).  So every source stays within about one element of its due, in
+    every window.  The turns of a stretch are worked out at its start (``plan``),
+    in numpy when it is long; a state holds the credits at the stretch's start
+    and where it started, so a restore works the same stretch out again and goes
+    on with the very same turns.
     """
 
-    #: The most turns worked out ahead at once.
+    #: The most turns worked out at once.
     AHEAD = 4096
+    #: Shorter stretches are worked out in plain Python (the same arithmetic).
+    _NUMPY_FROM = 32
 
     def __init__(self, count: int) -> None:
         self.reset([0.0] * count, 0)
 
-    def reset(self, credits: list[float], index: int) -> None:
-        """The credits before element ``index``; nothing worked out ahead."""
-        self._base, self._start = list(credits), index
+    def reset(self, credits: list[float], start: int) -> None:
+        """The credits at element ``start``, where the next stretch starts."""
+        self.base, self.start = [float(c) for c in credits], int(start)
         self._turns: list[int] = []
-        self._shares: list[tuple[int, float]] = []
+        self._shares: dict[int, float] = {}
+
+    @property
+    def planned(self) -> bool:
+        """Whether the stretch from ``start`` was worked out."""
+        return bool(self._turns)
 
     def turn(self, index: int) -> int | None:
-        """The turn of element ``index`` if it was worked out, else None."""
-        offset = index - self._start
+        """The turn of element ``index`` if its stretch was worked out, else None."""
+        offset = index - self.start
         return self._turns[offset] if 0 <= offset < len(self._turns) else None
 
     def at(self, index: int) -> list[float]:
-        """The credits before element ``index`` (at or after the last ``plan``)."""
-        credits = list(self._base)
-        for turn in self._turns[: index - self._start]:
-            for k, share in self._shares:
-                credits[k] += share
-            credits[turn] -= 1.0
+        """The credits at element ``index`` of the stretch worked out (or at its start)."""
+        taken = self._turns[: index - self.start]
+        credits = list(self.base)
+        for k, share in self._shares.items():
+            credits[k] = self.base[k] + len(taken) * share - taken.count(k)
         return credits
 
-    def plan(self, index: int, weights: list[float], running: list[int], length: int) -> int:
-        """Works out ``length`` turns from ``index`` for ``weights`` over the ``running``
-        sources; returns element ``index``'s."""
-        credits = self.at(index)
+    def cut(self, index: int) -> None:
+        """A new stretch starts at ``index`` (the weights or the running sources changed)."""
+        self.reset(self.at(index), index)
+
+    def plan(self, weights: list[float], running: list[int], length: int) -> None:
+        """Works out ``length`` turns from ``start`` for ``weights`` over ``running``."""
         total = sum(weights[k] for k in running)
-        shares = [(k, weights[k] / total) for k in running]
-        turns = []
-        for _ in range(max(1, min(length, self.AHEAD))):
-            for k, share in shares:
-                credits[k] += share
-            best = running[0]
-            for k in running[1:]:
-                if credits[k] > credits[best]:
-                    best = k
-            credits[best] -= 1.0
-            turns.append(best)
-        self._base, self._start = self.at(index), index
-        self._turns, self._shares = turns, shares
-        return turns[0]
+        self._shares = {k: weights[k] / total for k in running}
+        length = max(1, min(length, self.AHEAD))
+        if length == 1:  # weights that change every step: the earliest first due date
+            _, first = min(((1 - self.base[k]) / share, k) for k, share in self._shares.items())
+            self._turns = [first]
+            return
+        due: list[tuple[float, int]] = []
+        if length < self._NUMPY_FROM:
+            for k, share in self._shares.items():
+                last = math.ceil(length * share + self.base[k]) + 2
+                due += [((m - self.base[k]) / share, k) for m in range(1, last)]
+            due.sort()
+            self._turns = [k for _, k in due[:length]]
+            return
+        times, owners = [], []
+        for k, share in self._shares.items():
+            m = np.arange(1, math.ceil(length * share + self.base[k]) + 2, dtype=np.int64)
+            times.append((m - self.base[k]) / share)
+            owners.append(np.full(len(m), k, dtype=np.int64))
+        when, who = np.concatenate(times), np.concatenate(owners)
+        order = np.lexsort((who, when))[:length]
+        self._turns = who[order].tolist()
 
 
 def _plain(weights: Any) -> Any:
