@@ -26,6 +26,7 @@ def test_every_name_the_loader_and_the_cache_count_is_registered() -> None:
         "cache_bytes_held": "gauge",
         "prefetch_buffer_depth": "gauge",
         "remote_read_seconds": "histogram",
+        "mix_elements": "counter",
     }
     assert all(m.help.endswith(".") for m in metrics.METRICS.values())
     assert metrics.METRICS["remote_read_seconds"].buckets[0] == 0.001
