@@ -864,3 +864,25 @@ def test_a_function_schedule_that_returns_none_raises_at_that_step() -> None:
             next(it)
         assert it.get_state() == state  # nothing changed
     assert len(head) == 4
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_due_date_turns_are_the_same_in_python_and_in_numpy(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chute._stages.mix_weights import Credits
+
+    rng = np.random.default_rng(seed)
+    count = int(rng.integers(2, 9))
+    weights = list(rng.uniform(0.05, 1.0, count))
+    running = sorted(rng.choice(count, size=max(2, count - 1), replace=False).tolist())
+    base = list(rng.uniform(-0.9, 0.9, count))
+    plans = []
+    for numpy_from in (10**9, 2):  # all in Python, then all in numpy
+        monkeypatch.setattr(Credits, "_NUMPY_FROM", numpy_from)
+        credits = Credits(count)
+        credits.reset(base, 0)
+        credits.plan(weights, running, 300)
+        plans.append((list(credits.turns), credits.at(300)))
+    assert plans[0] == plans[1]
+    assert len(plans[0][0]) == 300 and set(plans[0][0]) <= set(running)

@@ -271,8 +271,10 @@ class _MixIterator(DatasetIterator[Any]):
 
     def _turn(self, index: int) -> int:
         """The dataset that yields mix element ``index``."""
-        if self._credits is not None:
-            return self._smooth_turn(index)
+        credits = self._credits
+        if credits is not None:
+            ahead, planned = index - credits.start, credits.turns
+            return planned[ahead] if 0 <= ahead < len(planned) else self._smooth_turn(index)
         offset = index - self._block_start
         if not 0 <= offset < len(self._block):
             props, until = self._props_at(index)

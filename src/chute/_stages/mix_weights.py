@@ -147,7 +147,7 @@ class Credits:
     #: The most turns worked out at once.
     AHEAD = 4096
     #: Shorter stretches are worked out in plain Python (the same arithmetic).
-    _NUMPY_FROM = 32
+    _NUMPY_FROM = 512
 
     def __init__(self, count: int) -> None:
         self.reset([0.0] * count, 0)
@@ -155,22 +155,22 @@ class Credits:
     def reset(self, credits: list[float], start: int) -> None:
         """The credits at element ``start``, where the next stretch starts."""
         self.base, self.start = [float(c) for c in credits], int(start)
-        self._turns: list[int] = []
+        self.turns: list[int] = []  # of the stretch from ``start``, as worked out
         self._shares: dict[int, float] = {}
 
     @property
     def planned(self) -> bool:
         """Whether the stretch from ``start`` was worked out."""
-        return bool(self._turns)
+        return bool(self.turns)
 
     def turn(self, index: int) -> int | None:
         """The turn of element ``index`` if its stretch was worked out, else None."""
         offset = index - self.start
-        return self._turns[offset] if 0 <= offset < len(self._turns) else None
+        return self.turns[offset] if 0 <= offset < len(self.turns) else None
 
     def at(self, index: int) -> list[float]:
         """The credits at element ``index`` of the stretch worked out (or at its start)."""
-        taken = self._turns[: index - self.start]
+        taken = self.turns[: index - self.start]
         credits = list(self.base)
         for k, share in self._shares.items():
             credits[k] = self.base[k] + len(taken) * share - taken.count(k)
@@ -187,7 +187,7 @@ class Credits:
         length = max(1, min(length, self.AHEAD))
         if length == 1:  # weights that change every step: the earliest first due date
             _, first = min(((1 - self.base[k]) / share, k) for k, share in self._shares.items())
-            self._turns = [first]
+            self.turns = [first]
             return
         due: list[tuple[float, int]] = []
         if length < self._NUMPY_FROM:
@@ -195,7 +195,7 @@ class Credits:
                 last = math.ceil(length * share + self.base[k]) + 2
                 due += [((m - self.base[k]) / share, k) for m in range(1, last)]
             due.sort()
-            self._turns = [k for _, k in due[:length]]
+            self.turns = [k for _, k in due[:length]]
             return
         times, owners = [], []
         for k, share in self._shares.items():
@@ -204,7 +204,7 @@ class Credits:
             owners.append(np.full(len(m), k, dtype=np.int64))
         when, who = np.concatenate(times), np.concatenate(owners)
         order = np.lexsort((who, when))[:length]
-        self._turns = who[order].tolist()
+        self.turns = who[order].tolist()
 
 
 def _plain(weights: Any) -> Any:
