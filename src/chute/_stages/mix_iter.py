@@ -200,11 +200,7 @@ class _MixIterator(DatasetIterator[Any]):
     @property
     def weights(self) -> list[float]:
         """The weights in force for the next element, in the datasets' order."""
-        if self._live is not None:
-            return list(self._live)
-        if self._ds._schedule is None:
-            return [float(p) for p in self._ds._props]
-        return self._ds._weights(self._ds._schedule.at(self._index)[0], "now")
+        return list(self._weights_at(self._index)[0])
 
     def set_weights(self, weights: Any) -> None:
         """Uses ``weights`` from the next element on (None: the mix's own again)."""
@@ -223,18 +219,23 @@ class _MixIterator(DatasetIterator[Any]):
             return weights
         return [weights[k] for k in self._ids.tolist()]
 
+    def _weights_at(self, index: int) -> tuple[list[float], float]:
+        """The weights in force at ``index`` (live, scheduled or fixed), in the datasets'
+        order, and the index from which they may change."""
+        schedule = self._ds._schedule
+        if self._live is not None:
+            return self._live, NEVER
+        if schedule is None:
+            return [float(p) for p in self._ds._props], NEVER
+        raw, until = schedule.at(index)
+        return self._ds._weights(raw, f"at step {index}"), until
+
     def _props_at(self, index: int) -> tuple[tuple[int, ...], float]:
         """The proportions in force at ``index`` and the index from which they may change."""
-        ds = self._ds
-        if self._live is not None:
-            return _proportions(self._running(self._live), "mix weights"), NEVER
-        if ds._schedule is None:
-            if self._ids is None:
-                return ds._props, NEVER
-            return _proportions(self._running([float(p) for p in ds._props]), "mix"), NEVER
-        weights, until = ds._schedule.at(index)
-        checked = self._running(ds._weights(weights, f"at step {index}"))
-        return _proportions(checked, "mix weights"), until
+        if self._live is None and self._ds._schedule is None and self._ids is None:
+            return self._ds._props, NEVER  # fixed weights, every dataset running
+        weights, until = self._weights_at(index)
+        return _proportions(self._running(weights), "mix weights"), until
 
     def _smooth_turn(self, index: int) -> int:
         """The turn of a mix whose weights follow a function of the step (``Credits``):
@@ -260,12 +261,7 @@ class _MixIterator(DatasetIterator[Any]):
 
     def _stretch_at(self, start: int) -> tuple[list[float], list[int], int]:
         """The weights, the running datasets and the length of the stretch from ``start``."""
-        if self._live is not None:
-            weights, until = self._live, NEVER
-        else:
-            assert self._ds._schedule is not None  # a function schedule: see _smooth
-            raw, until = self._ds._schedule.at(start)
-            weights = self._ds._weights(raw, f"at step {start}")
+        weights, until = self._weights_at(start)
         running = [k for k, out in enumerate(self._out) if not out]
         return weights, running, int(min(until - start, Credits.AHEAD))
 
