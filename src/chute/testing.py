@@ -31,10 +31,9 @@ from chute._core.pipeline_walk import pipeline_nodes
 from chute._core.sharding import ShardOptions
 from chute._execution import processes
 from chute._stages.virtual_shards import (
-    VirtualShardsIterDataset,
     find_virtual_shards,
     merge_states,
-    with_workers_in,
+    with_shards_changed,
 )
 from chute._stages.virtual_shards_iter import ShardTurns
 
@@ -284,19 +283,13 @@ def _steps(rng: random.Random, left: int, parts_left: int, topology: Topology) -
 
 def _placed(ds: IterDataset[Any], topology: Topology, host: int) -> IterDataset[Any]:
     """``ds`` on host ``host`` of ``topology``."""
-    vs = find_virtual_shards(ds)
-    if vs is None:
+    if find_virtual_shards(ds) is None:
         return ds
-    hosted = vs.on_host(ShardOptions(host, topology.hosts))
-    ds = _replaced(ds, vs, hosted)
     options = MultiprocessingOptions(num_workers=topology.workers)
-    return with_workers_in(ds, options, None, topology.executor)
-
-
-def _replaced(ds: Any, old: VirtualShardsIterDataset, new: VirtualShardsIterDataset) -> Any:
-    if ds is old:
-        return new
-    return ds.with_parents(*[_replaced(p, old, new) for p in ds._parents])
+    shard = ShardOptions(host, topology.hosts)
+    return with_shards_changed(
+        ds, lambda vs: vs.on_host(shard).with_workers(options, None, topology.executor)
+    )
 
 
 def _turns_of(it: Any) -> ShardTurns | None:

@@ -26,7 +26,7 @@ from chute._core.dataset import IterDataset, MapDataset
 from chute._core.errors import CheckpointError
 from chute._core.fingerprint import digest, fingerprint
 from chute._core.options import MultiprocessingOptions, RayExecutor
-from chute._core.pipeline_walk import parents_of
+from chute._core.pipeline_walk import pipeline_nodes
 from chute._core.seeding import derive_seed
 from chute._core.sharding import NoSharding, ShardOptions
 from chute._core.validate import check_callable, check_int
@@ -42,6 +42,8 @@ __all__ = [
     "merge_states",
     "mp_prefetch",
     "virtual_shards",
+    "with_shards_changed",
+    "with_workers_in",
 ]
 
 #: The stage name in states, and the kind in fingerprints.
@@ -107,7 +109,14 @@ class VirtualShardsIterDataset(IterDataset[Any]):
         tops = [s for s in self._shards if isinstance(s, MultiprocessPrefetchIterDataset)]
         for v, ds in enumerate(self._shards):
             inner = ds._parent if isinstance(ds, MultiprocessPrefetchIterDataset) else ds
-            deeper = _first_mp_prefetch(inner)
+            deeper = next(
+                (
+                    n
+                    for n in pipeline_nodes(inner)
+                    if isinstance(n, MultiprocessPrefetchIterDataset)
+                ),
+                None,
+            )
             if deeper is not None:
                 raise ValueError(
                     f"virtual_shards(): virtual shard {v}'s pipeline runs mp_prefetch before "
@@ -300,13 +309,18 @@ def virtual_shards(
 
 def find_virtual_shards(ds: Any) -> VirtualShardsIterDataset | None:
     """The ``virtual_shards`` stage of ``ds``'s pipeline, or None."""
-    stack = [ds]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, VirtualShardsIterDataset):
-            return node
-        stack.extend(parents_of(node))
-    return None
+    return next((n for n in pipeline_nodes(ds) if isinstance(n, VirtualShardsIterDataset)), None)
+
+
+def with_shards_changed(
+    ds: Any, change: Callable[[VirtualShardsIterDataset], VirtualShardsIterDataset]
+) -> Any:
+    """``ds`` rebuilt over ``change(its virtual_shards stage)``; the stages after it are
+    copied over the changed one, the rest of the pipeline is shared."""
+    if isinstance(ds, VirtualShardsIterDataset):
+        return change(ds)
+    parents = [with_shards_changed(p, change) if find_virtual_shards(p) else p for p in ds._parents]
+    return ds.with_parents(*parents)
 
 
 def with_workers_in(
@@ -317,13 +331,7 @@ def with_workers_in(
 ) -> IterDataset[Any]:
     """``ds`` with its ``virtual_shards`` stage run by workers; the stages after it stay in
     this process (they read the host's stream)."""
-    if isinstance(ds, VirtualShardsIterDataset):
-        return ds.with_workers(options, worker_init_fn, executor)
-    parents = [
-        with_workers_in(p, options, worker_init_fn, executor) if find_virtual_shards(p) else p
-        for p in ds._parents
-    ]
-    return ds.with_parents(*parents)
+    return with_shards_changed(ds, lambda vs: vs.with_workers(options, worker_init_fn, executor))
 
 
 def mp_prefetch(
@@ -442,13 +450,3 @@ def _unlike(where: str) -> CheckpointError:
         "the states come from different pipelines, or a stage after virtual_shards holds a "
         "position of its own host (move such stages into each shard's pipeline)."
     )
-
-
-def _first_mp_prefetch(ds: Any) -> Any:
-    stack = [ds]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, MultiprocessPrefetchIterDataset):
-            return node
-        stack.extend(parents_of(node))
-    return None
