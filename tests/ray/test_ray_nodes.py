@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -20,28 +20,14 @@ pytestmark = pytest.mark.filterwarnings(r"ignore:os.fork\(\) was called:RuntimeW
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
+def cluster(two_node_cluster: Callable[..., Iterator[Any]]) -> Iterator[Any]:
     """A head without CPUs (the driver's) and two one-CPU nodes: one worker lands on each."""
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
     fast_failure_detection = {
         "health_check_initial_delay_ms": 0,
         "health_check_period_ms": 200,
         "health_check_failure_threshold": 3,
     }
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 0, "_system_config": fast_failure_detection},
-    )
-    cluster.add_node(num_cpus=1)
-    cluster.add_node(num_cpus=1)
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    cluster.wait_for_nodes()
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    yield from two_node_cluster(1, fast_failure_detection)
 
 
 def _slow_times_ten(x: int) -> int:

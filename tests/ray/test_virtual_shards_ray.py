@@ -41,20 +41,9 @@ V = 8
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Any]:
+def cluster(two_node_cluster: Callable[..., Iterator[Any]]) -> Iterator[Any]:
     """A head without CPUs and two nodes of two CPUs each, for the module's tests."""
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    cluster.add_node(num_cpus=2)
-    cluster.add_node(num_cpus=2)
-    ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
-    cluster.wait_for_nodes()
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    yield from two_node_cluster(2)
 
 
 def _not_a_multiple_of_3(x: int) -> bool:
