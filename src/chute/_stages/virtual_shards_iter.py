@@ -134,6 +134,47 @@ class ShardTurns(DatasetIterator[Any]):
                 return self._ids[k]
         return None
 
+    #: A worker's iterator hands on a shard that ran dry as a ``ShardRanDry``, in its turn.
+    _report_dry = False
+
+    def _take(self, k: int) -> Any:
+        """Shard ``k``'s next element; StopIteration when it ran dry."""
+        raise NotImplementedError
+
+    def _changed(self, k: int) -> None:
+        """Shard ``k`` had its turn or ran dry: its state moved."""
+
+    def _failed(self, exc: BaseException, k: int) -> None:
+        """Shard ``k``'s element raised ``exc`` in its turn."""
+
+    def __next__(self) -> Any:
+        for _ in range(len(self._ids)):
+            k = self._k
+            if self._dry[k]:
+                self._advance()
+                continue
+            try:
+                element = self._take(k)
+            except StopIteration:
+                self._dry[k] = True
+                self._changed(k)
+                self._advance()
+                if self._report_dry:
+                    return ShardRanDry(self._ids[k])
+                continue
+            except (WorkerDiedError, IteratorClosedError):
+                raise  # the turn stays: a restore goes on there
+            except Exception as exc:  # the failing element took the shard's turn
+                self._changed(k)
+                self._took(k)
+                self._failed(exc, k)
+                raise
+            self._changed(k)
+            self._last = (self._ids[k], self._taken[k])
+            self._took(k)
+            return element
+        raise StopIteration
+
     def _note(self, exc: BaseException, k: int) -> None:
         add_note(
             exc,
@@ -228,33 +269,14 @@ class ShardsIterator(ShardTurns):
         self._saved: list[Any] = [None] * len(self._ids)
         self._text: list[str | None] = [None] * len(self._ids)  # a worker's entries, as JSON
 
-    def __next__(self) -> Any:
-        for _ in range(len(self._ids)):
-            k = self._k
-            if self._dry[k]:
-                self._advance()
-                continue
-            try:
-                element = next(self._parents[k])
-            except StopIteration:
-                self._dry[k] = True
-                self._saved[k] = self._text[k] = None
-                self._advance()
-                if self._report_dry:
-                    return ShardRanDry(self._ids[k])
-                continue
-            except (WorkerDiedError, IteratorClosedError):
-                raise
-            except Exception as exc:  # the failing element took the shard's turn
-                self._saved[k] = self._text[k] = None
-                self._took(k)
-                self._note(exc, k)
-                raise
-            self._saved[k] = self._text[k] = None
-            self._last = (self._ids[k], self._taken[k])
-            self._took(k)
-            return element
-        raise StopIteration
+    def _take(self, k: int) -> Any:
+        return next(self._parents[k])
+
+    def _changed(self, k: int) -> None:
+        self._saved[k] = self._text[k] = None
+
+    def _failed(self, exc: BaseException, k: int) -> None:
+        self._note(exc, k)
 
     def _parts(self) -> list[Any]:
         saved = self._saved

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from chute._core.errors import IteratorClosedError, WorkerDiedError
 from chute._core.pipeline_context import carrying, join, without_budget
 from chute._execution import launch, worker_seeds
 from chute._execution.worker import Worker
@@ -64,29 +63,13 @@ class PooledShardsIterator(ShardTurns):
         """The workers, each running the shards dealt to it."""
         return tuple(self._parents)
 
-    def __next__(self) -> Any:
-        for _ in range(len(self._ids)):
-            k = self._k
-            if self._dry[k]:
-                self._advance()
-                continue
-            try:
-                element = next(self._parents[self._owner[k]])
-            except StopIteration:  # a worker ends after telling of each of its shards
-                element = ShardRanDry(self._ids[k])
-            except (WorkerDiedError, IteratorClosedError):
-                raise  # the turn stays: a restore goes on there
-            except Exception:  # the worker noted the shard; the element took its turn
-                self._took(k)
-                raise
-            if isinstance(element, ShardRanDry):
-                self._dry[k] = True
-                self._advance()
-                continue
-            self._last = (self._ids[k], self._taken[k])
-            self._took(k)
-            return element
-        raise StopIteration
+    def _take(self, k: int) -> Any:
+        # A worker ends (StopIteration) only after telling of each of its shards; its own
+        # errors arrive with the shard noted.
+        element = next(self._parents[self._owner[k]])
+        if isinstance(element, ShardRanDry):
+            raise StopIteration
+        return element
 
     def _parts(self) -> list[Any]:
         by_shard: dict[int, Any] = {}
