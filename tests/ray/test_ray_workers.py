@@ -277,6 +277,38 @@ def test_without_restarts_a_killed_actor_raises_worker_died(tmp_path: Path) -> N
         assert got + list(it) == list(range(10))
 
 
+def _lose_the_first_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray may fail the calls of an actor that died even where they had finished (their
+    replies lost): the first reply of every worker now goes that way."""
+    from chute._execution.ray_iterator import RayWorkerIterator
+
+    def lost(self: RayWorkerIterator) -> None:
+        if self._started is not None:
+            raise self._died("ActorDiedError: lost reply")
+
+    monkeypatch.setattr(RayWorkerIterator, "_wait_started", lost)
+
+
+def test_a_worker_whose_first_reply_was_lost_still_has_its_start_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from chute._execution.ray_iterator import RayWorkerIterator
+
+    ds = grain.MapDataset.range(10).to_iter_dataset().map(_times_ten)
+    executor = RayExecutor(restart_workers=False)
+    worker = functools.partial(RayWorkerIterator, ds, executor=executor, index=0, count=1, seed=0)
+    with worker() as it:
+        fresh = it.get_state()
+        assert [next(it) for _ in range(3)] == [0, 10, 20]
+        saved = it.get_state()
+    assert saved != fresh
+    _lose_the_first_reply(monkeypatch)
+    with worker() as it:
+        assert it.get_state() == fresh  # the start of the share, made in this process
+    with worker(state=saved) as it:
+        assert it.get_state() == saved  # where it was launched
+
+
 class _Unpicklable:
     def __reduce__(self) -> Any:
         raise TypeError("cannot pickle a connection")

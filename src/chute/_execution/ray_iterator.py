@@ -297,9 +297,26 @@ class RayWorkerIterator(Worker):
         return who, exc.why or str(exc)
 
     def _first_state(self) -> dict[str, Any]:
-        self._wait_started()
+        try:
+            self._wait_started()
+        except WorkerDiedError as exc:
+            # Ray may drop the replies of an actor that died, its first one too: nothing came
+            # since the launch, so the worker still stands where it was launched.
+            return self._launched_with if self._launched_with is not None else self._start_of(exc)
         assert self._state_now is not None  # _wait_started() set it, or raised
         return self._state_now
+
+    def _start_of(self, died: WorkerDiedError) -> dict[str, Any]:
+        """The state at the start of the worker's share, made here: its actor is gone."""
+        try:
+            it = iter(self._dataset)
+        except Exception as exc:
+            raise died from exc
+        try:
+            state: dict[str, Any] = it.get_state()
+            return state
+        finally:
+            getattr(it, "close", lambda: None)()
 
     def _lost_while_moving(self, state: dict[str, Any], exc: Exception) -> None:
         if not isinstance(exc, WorkerDiedError) or self._cluster_gone():
