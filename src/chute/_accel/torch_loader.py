@@ -1,0 +1,889 @@
+"""``chute.torch.DataLoader``: PyTorch's DataLoader arguments on chute's workers.
+
+The loader plans each epoch as a sequence of index batches (``_EpochBatches``):
+batch ``k`` of epoch ``e`` is a pure function of the loader's arguments, the
+epoch's seed and ``k``.  Sequential order and ``shuffle=True`` (chute's global
+shuffle) are computed where they are read; an explicit ``sampler`` or
+``batch_sampler`` is iterated once per epoch in this process, as PyTorch does,
+and its list of batches travels to the workers.  Workers are chute's
+(``mp_prefetch``): worker ``w`` of ``W`` fetches and collates batches
+``w, w + W, ...``, the same assignment PyTorch makes, and the parent reads
+them in turn.
+
+The state is ``(seed, epoch, batches yielded, finished)`` plus what an explicit
+sampler needs to repeat its epoch, so it is a few numbers, costs microseconds,
+and restores into any number of workers: the resumed epoch is the same plan
+read from batch ``yielded`` on.
+
+Iterable-style datasets run as PyTorch runs them: each worker iterates its own
+copy (shard it with ``get_worker_info()``), batches its own elements, and the
+parent takes the workers' batches in turn, skipping workers that ended.  Their
+state is how many batches each worker had delivered; a restore replays the
+workers' streams up to there (the dataset must yield the same elements again),
+and needs the same ``num_workers``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import queue
+import random
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from chute._accel.torch import _import_torch
+from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.options import MultiprocessingOptions, ReadOptions
+from chute._core.sharding import ShardOptions, even_split
+from chute._core.tree import map_structure
+
+__all__ = ["DataLoader", "GlobalShuffleSampler"]
+
+_STATE_VERSION = 1
+_STATE_KIND = "chute.torch.DataLoader"
+
+
+def _derive(*parts: int | str) -> int:
+    """A 63-bit seed from ``parts`` (stable across processes and Python versions)."""
+    text = json.dumps(parts).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
+
+
+# -- the plan of one epoch ---------------------------------------------------------------
+
+
+class GlobalShuffleSampler:
+    """``shuffle=True``'s sampler: chute's global shuffle of ``range(n)``, one order per epoch.
+
+    A torch ``Sampler`` in all but its base class (``len``, ``iter``); the loader
+    sets its ``seed`` at each epoch from the loader's ``generator``.  The order
+    depends only on ``(n, seed)``: the same on every machine and worker count.
+
+    >>> s = GlobalShuffleSampler(5, seed=3)
+    >>> sorted(s) == [0, 1, 2, 3, 4], len(s), list(s) == list(GlobalShuffleSampler(5, seed=3))
+    (True, 5, True)
+    """
+
+    def __init__(self, n: int, seed: int = 0, shard: tuple[int, int] | None = None) -> None:
+        self.n, self.seed = int(n), int(seed)
+        self._start, self._stop = shard if shard is not None else (0, self.n)
+
+    def order(self) -> MapDataset[int]:
+        """The epoch's indices as a chute MapDataset (random access, nothing materialised)."""
+        base = MapDataset.range(self._start, self._stop)
+        return base.shuffle(seed=self.seed) if self.seed is not None else base
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.order()
+        return (int(order[i] or 0) for i in range(len(order)))
+
+    def __repr__(self) -> str:
+        return f"GlobalShuffleSampler(n={self.n}, seed={self.seed})"
+
+
+class _EpochBatches(Sequence[Any]):
+    """Batch ``k`` of an epoch: ``(k, indices)`` (``(k, index)`` without batching).
+
+    ``order`` is a chute MapDataset of indices (sequential or shuffled), read
+    ``batch_size`` at a time; or ``planned`` holds the batches an explicit
+    sampler made.  Picklable: it travels to the workers.
+    """
+
+    def __init__(
+        self,
+        *,
+        order: MapDataset[int] | None = None,
+        batch_size: int | None = None,
+        drop_last: bool = False,
+        planned: list[Any] | None = None,
+    ) -> None:
+        self._order, self._planned = order, planned
+        self._batch_size, self._drop_last = batch_size, drop_last
+        if planned is not None:
+            self._len = len(planned)
+        else:
+            assert order is not None
+            n = len(order)
+            if batch_size is None:
+                self._len = n
+            else:
+                self._len = n // batch_size if drop_last else -(-n // batch_size)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, k: Any) -> Any:
+        if not isinstance(k, (int, np.integer)):
+            raise TypeError("_EpochBatches takes one int index")
+        k = int(k)
+        if not 0 <= k < self._len:
+            raise IndexError(k)
+        if self._planned is not None:
+            return k, self._planned[k]
+        order = self._order
+        assert order is not None
+        if self._batch_size is None:
+            return k, int(order[k] or 0)
+        start = k * self._batch_size
+        stop = min(start + self._batch_size, len(order))
+        return k, [int(order[i] or 0) for i in range(start, stop)]
+
+
+# -- what runs in the workers --------------------------------------------------------------
+
+
+class _TensorData:
+    """A CPU tensor on its way from a worker: its numpy view crosses in shared memory."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __reduce__(self) -> Any:
+        return _TensorData, (self.array,)
+
+
+def _ship(batch: Any) -> Any:
+    """Tensors to ``_TensorData`` (numpy views, no copy), for chute's shared-memory transport."""
+    torch = _import_torch()
+
+    def leaf(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.layout == torch.strided:
+            try:
+                return _TensorData(x.detach().numpy())
+            except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16): pickled whole
+                return x
+        return x
+
+    return map_structure(leaf, batch)
+
+
+def _unship(batch: Any, torch: Any, pin: bool) -> Any:
+    def leaf(x: Any) -> Any:
+        if isinstance(x, _TensorData):
+            x = torch.from_numpy(x.array)
+        if pin and isinstance(x, torch.Tensor):
+            x = x.pin_memory()
+        return x
+
+    return map_structure(leaf, batch)
+
+
+def _seed_everything(seed: int) -> None:
+    torch = _import_torch()
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(np.random.SeedSequence(seed).generate_state(4))
+
+
+class _Fetch:
+    """Index batch to collated batch, as PyTorch's map-style fetcher makes it."""
+
+    def __init__(
+        self,
+        dataset: Any,
+        collate_fn: Callable[[Any], Any],
+        auto_collation: bool,
+        ship: bool,
+        base_seed: int,
+        seed_each_batch: bool,
+    ) -> None:
+        self.dataset, self._collate = dataset, collate_fn
+        self._auto, self._ship = auto_collation, ship
+        self._base_seed, self._seed_each = base_seed, seed_each_batch
+
+    def __call__(self, item: tuple[int, Any]) -> Any:
+        k, indices = item
+        if self._seed_each:
+            _seed_everything(_derive(self._base_seed, "batch", k))
+        dataset = self.dataset
+        if self._auto:
+            getitems = getattr(dataset, "__getitems__", None)
+            data = getitems(indices) if getitems else [dataset[i] for i in indices]
+        else:
+            data = dataset[indices]
+        batch = self._collate(data)
+        return _ship(batch) if self._ship else batch
+
+    def __repr__(self) -> str:
+        return f"fetch({type(self.dataset).__name__})"
+
+
+class _WorkerInit:
+    """Sets up a worker as PyTorch does: one thread, seeds, ``get_worker_info()``, then
+    the user's ``worker_init_fn(worker_id)``."""
+
+    def __init__(self, dataset: Any, base_seed: int, user_fn: Callable[[int], None] | None):
+        self.dataset, self._base_seed, self._user_fn = dataset, base_seed, user_fn
+
+    def __call__(self, index: int, count: int) -> None:
+        torch = _import_torch()
+        from torch.utils.data._utils import worker as torch_worker
+
+        torch.set_num_threads(1)
+        seed = self._base_seed + index
+        random.seed(seed)
+        torch.manual_seed(seed)
+        np.random.seed(torch_worker._generate_state(self._base_seed, index))
+        torch_worker._worker_info = torch_worker.WorkerInfo(
+            id=index, num_workers=count, seed=seed, dataset=self.dataset
+        )
+        if self._user_fn is not None:
+            self._user_fn(index)
+
+
+class _StreamBatches:
+    """An iterable-style dataset's batches: ``(batch, samples)`` pairs, batched as PyTorch
+    batches them (``batch_size`` samples, the last one short unless ``drop_last``)."""
+
+    def __init__(self, dataset: Any, collate_fn: Any, batch_size: int | None, drop_last: bool):
+        self.dataset, self._collate = dataset, collate_fn
+        self._batch_size, self._drop_last = batch_size, drop_last
+
+    def batches(self, skip: int = 0) -> Iterator[Any]:
+        """The batches, from batch ``skip`` on (the ones before are read, not collated)."""
+        samples = iter(self.dataset)
+        if self._batch_size is None:
+            for k, x in enumerate(samples):
+                if k >= skip:
+                    yield self._collate(x)
+            return
+        k = 0
+        while True:
+            chunk = list(itertools.islice(samples, self._batch_size))
+            if not chunk or (self._drop_last and len(chunk) < self._batch_size):
+                return
+            if k >= skip:
+                yield self._collate(chunk)
+            k += 1
+
+
+class _StreamShares(IterDataset[Any]):
+    """Worker ``w``'s stream of an iterable-style dataset: the parent is
+    ``range(W)``'s IterDataset, of which ``mp_prefetch`` gives worker ``w`` element ``w``."""
+
+    def __init__(self, parent: IterDataset[int], stream: _StreamBatches, ship: bool) -> None:
+        super().__init__(parent)
+        self._stream, self._ship = stream, ship
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _StreamSharesIterator(iter(self._parent), self._stream, self._ship)
+
+
+class _StreamSharesIterator(DatasetIterator[Any]):
+    _stage = "torch_iterable"
+
+    def __init__(self, parent: DatasetIterator[int], stream: _StreamBatches, ship: bool) -> None:
+        super().__init__(parent)
+        self._stream, self._ship = stream, ship
+        self._batches: Iterator[Any] | None = None
+        self._before = parent.get_state()
+        self._taken = 0
+
+    def __next__(self) -> Any:
+        while True:
+            if self._batches is None:
+                self._before = self._parent.get_state()
+                next(self._parent)
+                self._batches, self._taken = self._stream.batches(), 0
+            try:
+                batch = next(self._batches)
+            except StopIteration:
+                self._batches = None
+                continue
+            self._taken += 1
+            return _ship(batch) if self._ship else batch
+
+    def get_state(self) -> dict[str, Any]:
+        if self._batches is None:
+            return {"parent": self._parent.get_state(), "taken": 0}
+        return {"parent": self._before, "taken": self._taken}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._parent.set_state(state["parent"])
+        self._batches, self._taken = None, 0
+        if state["taken"]:
+            self._before = self._parent.get_state()
+            next(self._parent)
+            self._batches = self._stream.batches(skip=int(state["taken"]))
+            self._taken = int(state["taken"])
+
+
+# -- the loader ------------------------------------------------------------------------------
+
+
+def _check_dataset(dataset: Any, torch: Any) -> str:
+    """``"map"`` or ``"iterable"``; TypeError for anything else."""
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        return "iterable"
+    if hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__"):
+        return "map"
+    if isinstance(dataset, torch.utils.data.Dataset) and hasattr(dataset, "__getitem__"):
+        return "map"
+    if hasattr(dataset, "__iter__") and not isinstance(dataset, (str, bytes)):
+        return "iterable"
+    raise TypeError(
+        f"DataLoader: dataset must be a map-style dataset (with __getitem__ and __len__) or "
+        f"an iterable-style one (a torch.utils.data.IterableDataset); got "
+        f"{type(dataset).__name__}."
+    )
+
+
+def _check_count(value: Any, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"DataLoader: {name} should be an int >= {minimum} (got {value!r}).")
+    return int(value)
+
+
+class DataLoader:
+    """PyTorch's ``DataLoader`` (and torchdata's ``StatefulDataLoader``) on chute.
+
+    Takes ``torch.utils.data.DataLoader``'s arguments and yields the same batches
+    for the same sampler order (sequential, or an explicit ``sampler`` /
+    ``batch_sampler``), with chute's worker processes; ``state_dict()`` and
+    ``load_state_dict()`` mean what they mean for ``StatefulDataLoader``: the
+    state after the batches yielded so far, loaded before ``iter()``.  A
+    map-style dataset's state restores into any ``num_workers``.
+
+    What differs from PyTorch, on purpose:
+
+    * ``shuffle=True`` uses chute's global shuffle (``GlobalShuffleSampler``),
+      seeded from ``generator`` (or torch's global generator) at the first
+      ``iter()``; every later epoch's order and worker seeds derive from that
+      seed and the epoch number, so a resumed run repeats them exactly.
+      Epoch 0's worker seeds equal PyTorch's (``base_seed + worker_id``).
+    * Batches always arrive in order (``in_order=False`` is accepted; chute
+      never reorders, so the state stays exact).
+    * ``persistent_workers``, ``multiprocessing_context`` and
+      ``snapshot_every_n_steps`` are accepted and checked: chute starts its own
+      workers (from its fork server) at every ``iter()``, and its state costs
+      nothing to take, so there is nothing to snapshot.
+    * ``seed_each_batch=True`` (chute's addition) seeds ``random``, NumPy and
+      torch before each batch from the epoch's seed and the batch's number:
+      random augmentations then repeat exactly after a resume into any number
+      of workers (by default workers are seeded once, as PyTorch seeds them).
+    * ``shard_options`` (chute's addition, a ``chute.ShardOptions``) reads only
+      this rank's contiguous block of a map-style dataset, shuffled within it:
+      sharding by rank without a ``DistributedSampler``.
+
+    >>> loader = DataLoader(list(range(10)), batch_size=4)
+    >>> [b.tolist() for b in loader], len(loader)
+    ([[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]], 3)
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: Any = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        snapshot_every_n_steps: int | None = 1,
+        seed_each_batch: bool = False,
+        shard_options: ShardOptions | None = None,
+    ) -> None:
+        torch = _import_torch()
+        self._torch = torch
+        self._kind = _check_dataset(dataset, torch)
+        self.dataset = dataset
+        self.num_workers = _check_count(num_workers, "num_workers", 0)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+            raise ValueError(
+                f"DataLoader: timeout option should be non-negative (got {timeout!r})."
+            )
+        if self.num_workers == 0 and prefetch_factor is not None:
+            raise ValueError(
+                "DataLoader: prefetch_factor option could only be specified in "
+                "multiprocessing; let num_workers > 0 to enable multiprocessing, otherwise "
+                "set prefetch_factor to None."
+            )
+        if prefetch_factor is None:
+            prefetch_factor = 2
+        self.prefetch_factor = _check_count(prefetch_factor, "prefetch_factor", 1)
+        if persistent_workers and self.num_workers == 0:
+            raise ValueError("DataLoader: persistent_workers option needs num_workers > 0.")
+        if snapshot_every_n_steps is not None:
+            _check_count(snapshot_every_n_steps, "snapshot_every_n_steps", 1)
+        if multiprocessing_context is not None and not (
+            multiprocessing_context in ("fork", "spawn", "forkserver")
+            or hasattr(multiprocessing_context, "Process")
+        ):
+            raise ValueError(
+                "DataLoader: multiprocessing_context should be 'fork', 'spawn', 'forkserver' "
+                f"or a multiprocessing context (got {multiprocessing_context!r})."
+            )
+        if multiprocessing_context is not None and self.num_workers == 0:
+            raise ValueError(
+                "DataLoader: multiprocessing_context can only be used with multi-process "
+                "loading (num_workers > 0), but got num_workers=0."
+            )
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError(
+                f"DataLoader: worker_init_fn must be callable (got {worker_init_fn!r})."
+            )
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"DataLoader: collate_fn must be callable (got {collate_fn!r}).")
+        if shard_options is not None and not isinstance(shard_options, ShardOptions):
+            raise TypeError(
+                f"DataLoader: shard_options must be a chute.ShardOptions (got {shard_options!r})."
+            )
+        if self._kind == "iterable":
+            if shuffle not in (None, False):
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified shuffle option, "
+                    f"but got shuffle={shuffle}."
+                )
+            if sampler is not None:
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified sampler option, "
+                    f"but got sampler={sampler}."
+                )
+            if batch_sampler is not None:
+                raise ValueError(
+                    "DataLoader with IterableDataset: expected unspecified batch_sampler "
+                    f"option, but got batch_sampler={batch_sampler}."
+                )
+            if shard_options is not None:
+                raise ValueError(
+                    "DataLoader: shard_options reads a block of a map-style dataset; shard an "
+                    "IterableDataset inside its __iter__ (torch.distributed's rank)."
+                )
+        shuffle = bool(shuffle)
+        if sampler is not None and shuffle:
+            raise ValueError("DataLoader: sampler option is mutually exclusive with shuffle.")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError(
+                    "DataLoader: batch_sampler option is mutually exclusive with batch_size, "
+                    "shuffle, sampler, and drop_last."
+                )
+            batch_size, drop_last = None, False
+        elif batch_size is None:
+            if drop_last:
+                raise ValueError(
+                    "DataLoader: batch_size=None option disables auto-batching and is "
+                    "mutually exclusive with drop_last."
+                )
+        else:
+            batch_size = _check_count(batch_size, "batch_size", 1)
+        if shard_options is not None and (sampler is not None or batch_sampler is not None):
+            raise ValueError(
+                "DataLoader: shard_options is mutually exclusive with sampler and batch_sampler "
+                "(a DistributedSampler shards by itself)."
+            )
+        self.batch_size, self.drop_last, self.shuffle = batch_size, bool(drop_last), shuffle
+        self.timeout, self.worker_init_fn = float(timeout), worker_init_fn
+        self.generator, self.in_order = generator, bool(in_order)
+        self.persistent_workers = bool(persistent_workers)
+        self.multiprocessing_context = multiprocessing_context
+        self.snapshot_every_n_steps = snapshot_every_n_steps
+        self.seed_each_batch = bool(seed_each_batch)
+        self.shard_options = shard_options
+        self._auto_collation = batch_size is not None or batch_sampler is not None
+        if collate_fn is None:
+            utils = torch.utils.data._utils.collate
+            collate_fn = utils.default_collate if self._auto_collation else utils.default_convert
+        self.collate_fn = collate_fn
+        self.pin_memory = bool(pin_memory)
+        self.pin_memory_device = pin_memory_device
+        if self._kind == "map":
+            self._shard = (
+                even_split(len(dataset), shard_options)
+                if shard_options is not None
+                else (0, len(dataset))
+            )
+            if sampler is None and batch_sampler is None:
+                if shuffle:
+                    sampler = GlobalShuffleSampler(len(dataset), 0, self._shard)
+                else:
+                    sampler = torch.utils.data.SequentialSampler(range(*self._shard))
+            self._own_sampler = batch_sampler is None and (
+                isinstance(sampler, GlobalShuffleSampler)
+                or (
+                    type(sampler) is torch.utils.data.SequentialSampler
+                    and _is_range(sampler.data_source, len(dataset))
+                )
+            )
+            if batch_sampler is None and batch_size is not None:
+                batch_sampler = torch.utils.data.BatchSampler(sampler, batch_size, bool(drop_last))
+        else:
+            self._own_sampler, self._shard = False, (0, 0)
+        self.sampler, self.batch_sampler = sampler, batch_sampler
+        self._iterator: _LoaderIterator | None = None
+        self._loaded: dict[str, Any] | None = None  # load_state_dict() before iter()
+        self._root_seed: int | None = None  # drawn at the first iter()
+        self._epoch = -1  # the epoch of the last iterator
+        self._sampler_state: Any = None  # what the sampler needs to repeat this epoch
+
+    # -- torch's conventions ----------------------------------------------------------
+
+    def __len__(self) -> int:
+        if self._kind == "map":
+            return len(self.batch_sampler if self.batch_sampler is not None else self.sampler)
+        n = len(self.dataset)  # TypeError when the iterable has no len, as in PyTorch
+        if self.batch_size is None:
+            return int(n)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __repr__(self) -> str:
+        return (
+            f"chute.torch.DataLoader(dataset={type(self.dataset).__name__}, "
+            f"batch_size={self.batch_size}, shuffle={self.shuffle}, "
+            f"num_workers={self.num_workers})"
+        )
+
+    def __iter__(self) -> _LoaderIterator:
+        if self._iterator is not None:
+            self._iterator.close()
+            self._iterator = None
+        loaded, self._loaded = self._loaded, None
+        if loaded is not None:
+            self._root_seed = loaded["seed"]
+            epoch, start = loaded["epoch"], loaded["yielded"]
+            if loaded["finished"] or loaded["epoch"] < 0:
+                epoch, start, sampler_state = epoch + 1, 0, None
+            else:
+                sampler_state = loaded["sampler"]
+        else:
+            epoch, start, sampler_state = self._epoch + 1, 0, None
+        if self._root_seed is None:  # drawn as PyTorch draws its base seed
+            self._root_seed = int(
+                self._torch.empty((), dtype=self._torch.int64)
+                .random_(generator=self.generator)
+                .item()
+            )
+        self._epoch = epoch
+        base_seed = self._root_seed if epoch == 0 else _derive(self._root_seed, "epoch", epoch)
+        self._iterator = _LoaderIterator(self, epoch, start, base_seed, sampler_state)
+        return self._iterator
+
+    # -- state -------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state after the batches yielded so far: a restore resumes right after them.
+
+        A few plain values (an explicit sampler's own state or generator state
+        besides), taken in microseconds: call it every step if you like.
+        """
+        if self._loaded is not None:
+            return dict(self._loaded)
+        if self._iterator is not None:
+            return self._iterator.state()
+        return self._state(epoch=self._epoch, yielded=0, finished=True, sampler=None)
+
+    def _state(self, *, epoch: int, yielded: int, finished: bool, sampler: Any) -> dict[str, Any]:
+        return {
+            "kind": _STATE_KIND,
+            "version": _STATE_VERSION,
+            "dataset": self._kind,
+            "seed": self._root_seed,
+            "epoch": epoch,
+            "yielded": yielded,
+            "finished": finished,
+            "batches": self._len_or_none(),
+            "num_workers": self.num_workers,
+            "sampler": sampler,
+        }
+
+    def _len_or_none(self) -> int | None:
+        try:
+            return len(self)
+        except TypeError:
+            return None
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resumes at ``state_dict`` (from ``state_dict()`` of a loader over the same data):
+        the next ``iter()`` yields the batches that came after it."""
+        if not isinstance(state_dict, dict) or state_dict.get("kind") != _STATE_KIND:
+            what = sorted(state_dict)[:8] if isinstance(state_dict, dict) else state_dict
+            raise ValueError(
+                "DataLoader.load_state_dict: this is not a state of chute.torch.DataLoader "
+                f"({what!r}); "
+                "give it what state_dict() of a chute.torch.DataLoader returned."
+            )
+        if state_dict.get("version") != _STATE_VERSION:
+            raise ValueError(
+                f"DataLoader.load_state_dict: state version {state_dict.get('version')!r}; this "
+                f"chute reads version {_STATE_VERSION}."
+            )
+        if state_dict["dataset"] != self._kind:
+            raise ValueError(
+                f"DataLoader.load_state_dict: the state is of a {state_dict['dataset']}-style "
+                f"dataset's loader, this loader reads a {self._kind}-style one."
+            )
+        mine = self._len_or_none()
+        if state_dict["batches"] != mine:
+            raise ValueError(
+                f"DataLoader.load_state_dict: the state's epoch has {state_dict['batches']} "
+                f"batches, this loader's has {mine}: another dataset, batch_size, sampler or "
+                "drop_last. Build the loader as the one that saved the state."
+            )
+        if (
+            self._kind == "iterable"
+            and not state_dict["finished"]
+            and state_dict["num_workers"] != self.num_workers
+        ):
+            raise ValueError(
+                "DataLoader.load_state_dict: an IterableDataset's state resumes only with "
+                f"the num_workers that saved it ({state_dict['num_workers']}; this loader "
+                f"has {self.num_workers}): each worker replays its own copy of the stream."
+            )
+        if self._iterator is not None:
+            self._iterator.close()
+            self._iterator = None
+        self._loaded = dict(state_dict)
+
+    # -- the epoch's plan ----------------------------------------------------------------
+
+    def _plan(self, base_seed: int, sampler_state: Any) -> tuple[_EpochBatches, Any]:
+        """The epoch's batches and what its sampler needs to repeat them."""
+        if self._own_sampler:
+            if isinstance(self.sampler, GlobalShuffleSampler):
+                self.sampler.seed = _derive(base_seed, "shuffle") % 2**32
+                order = self.sampler.order()
+            else:
+                order = MapDataset.range(*self._shard)
+            return (
+                _EpochBatches(order=order, batch_size=self.batch_size, drop_last=self.drop_last),
+                None,
+            )
+        source = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        state = _sampler_state(source, sampler_state, self._torch, base_seed)
+        with self._torch.random.fork_rng(devices=[]):
+            if state.get("torch_seed") is not None:  # an unseeded random sampler
+                self._torch.manual_seed(state["torch_seed"])
+            planned = [_plain(b) for b in source]
+        return _EpochBatches(planned=planned), state
+
+
+def _is_range(data_source: Any, n: int) -> bool:
+    return isinstance(data_source, range) and data_source == range(n)
+
+
+def _plain(batch: Any) -> Any:
+    if isinstance(batch, (list, tuple)):
+        return [int(i) if isinstance(i, (np.integer,)) else i for i in batch]
+    return batch
+
+
+def _generators(sampler: Any, torch: Any) -> list[Any]:
+    """The torch generators a sampler (or a BatchSampler's sampler) draws from."""
+    found = []
+    for s in (sampler, getattr(sampler, "sampler", None)):
+        g = getattr(s, "generator", None)
+        if isinstance(g, torch.Generator):
+            found.append(g)
+    return found
+
+
+def _unseeded(sampler: Any) -> bool:
+    """Whether the sampler draws from torch's global generator (``generator=None``)."""
+    return any(
+        hasattr(s, "generator") and s.generator is None
+        for s in (sampler, getattr(sampler, "sampler", None))
+        if s is not None
+    )
+
+
+def _sampler_state(source: Any, saved: Any, torch: Any, base_seed: int) -> dict[str, Any]:
+    """Puts an explicit sampler where ``saved`` says (None: a new epoch) and returns what
+    repeats the epoch: the sampler's ``state_dict()`` when it has one, else its
+    generators' states, else a seed for torch's global generator when it draws there."""
+    stateful = hasattr(source, "state_dict") and hasattr(source, "load_state_dict")
+    if saved is not None:
+        if stateful and saved.get("sampler") is not None:
+            source.load_state_dict(saved["sampler"])
+        for g, s in zip(_generators(source, torch), saved.get("generators", [])):
+            g.set_state(torch.tensor(list(s), dtype=torch.uint8))
+        return dict(saved)
+    return {
+        "sampler": source.state_dict() if stateful else None,
+        "generators": [bytes(g.get_state().tolist()) for g in _generators(source, torch)],
+        "torch_seed": _derive(base_seed, "sampler") if _unseeded(source) else None,
+    }
+
+
+class _LoaderIterator:
+    """One epoch of a ``chute.torch.DataLoader``."""
+
+    def __init__(
+        self,
+        loader: DataLoader,
+        epoch: int,
+        start: int,
+        base_seed: int,
+        sampler_state: Any,
+    ) -> None:
+        self._loader, self._epoch, self._yielded = loader, epoch, start
+        self._finished, self._closed = False, False
+        torch = loader._torch
+        self._torch = torch
+        self._pin = loader.pin_memory and torch.cuda.is_available()
+        if loader.pin_memory and not self._pin:
+            warnings.warn(
+                "'pin_memory' argument is set as true but no accelerator is found, then "
+                "device pinned memory won't be used.",
+                stacklevel=3,
+            )
+        workers = loader.num_workers
+        self._sampler_state = None
+        self._len: int | None = None
+        self._local: Iterator[Any] = iter(())
+        self._chute_it: Any = None
+        self._reader: Any = None
+        if loader._kind == "map":
+            batches, self._sampler_state = loader._plan(base_seed, sampler_state)
+            self._len = len(batches)
+            fetch = _Fetch(
+                loader.dataset,
+                loader.collate_fn,
+                loader._auto_collation,
+                ship=workers > 0,
+                base_seed=base_seed,
+                seed_each_batch=loader.seed_each_batch,
+            )
+            if workers == 0:
+                self._local = (fetch(batches[k]) for k in range(start, len(batches)))
+            else:
+                source = MapDataset.source(batches)[start:].map(fetch)
+                pipeline = source.to_iter_dataset(ReadOptions(num_threads=0)).mp_prefetch(
+                    MultiprocessingOptions(workers, per_worker_buffer_size=loader.prefetch_factor),
+                    worker_init_fn=_WorkerInit(fetch.dataset, base_seed, loader.worker_init_fn),
+                )
+                self._chute_it = iter(pipeline)
+        else:
+            self._len = loader._len_or_none()
+            stream = _StreamBatches(
+                loader.dataset, loader.collate_fn, loader.batch_size, loader.drop_last
+            )
+            if workers == 0:
+                self._local = stream.batches(skip=start)
+            else:
+                shares = _StreamShares(
+                    MapDataset.range(workers).to_iter_dataset(ReadOptions(num_threads=0)),
+                    stream,
+                    ship=True,
+                )
+                pipeline = shares.mp_prefetch(
+                    MultiprocessingOptions(workers, per_worker_buffer_size=loader.prefetch_factor),
+                    worker_init_fn=_WorkerInit(stream.dataset, base_seed, loader.worker_init_fn),
+                )
+                self._chute_it = iter(pipeline)
+                for _ in range(start):  # replays the workers' streams up to the state
+                    next(self._chute_it)
+        if loader.timeout > 0 and self._chute_it is not None:
+            self._reader = _TimedReader(self._chute_it, loader.timeout)
+
+    def __iter__(self) -> _LoaderIterator:
+        return self
+
+    def __len__(self) -> int:
+        n = self._loader._len_or_none()
+        if n is None:
+            raise TypeError("len() of a DataLoader over an IterableDataset without __len__")
+        return n
+
+    def __next__(self) -> Any:
+        if self._finished or self._closed:
+            raise StopIteration
+        try:
+            if self._chute_it is None:
+                batch = next(self._local)
+            else:
+                raw = self._reader.next() if self._reader is not None else next(self._chute_it)
+                batch = _unship(raw, self._torch, self._pin)
+        except StopIteration:
+            self._finished = True
+            self.close()
+            raise
+        if self._chute_it is None and self._pin:
+            batch = _unship(batch, self._torch, True)
+        self._yielded += 1
+        return batch
+
+    def state(self) -> dict[str, Any]:
+        return self._loader._state(
+            epoch=self._epoch,
+            yielded=self._yielded,
+            finished=self._finished,
+            sampler=self._sampler_state,
+        )
+
+    def close(self) -> None:
+        """Stops the workers of this epoch (also when the loop broke off early)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._reader is not None:
+            self._reader.close()
+        if self._chute_it is not None:
+            self._chute_it.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class _TimedReader:
+    """``timeout``: a thread reads the workers' batches; the loop waits at most ``timeout``."""
+
+    def __init__(self, it: Iterator[Any], timeout: float) -> None:
+        self._it, self._timeout = it, timeout
+        self._out: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+        self._want = threading.Semaphore(0)
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="chute-torch-timeout", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._want.acquire()
+            if self._stop:
+                return
+            try:
+                self._out.put(("ok", next(self._it)))
+            except BaseException as exc:  # StopIteration and errors go to the loop
+                self._out.put(("error", exc))
+                return
+
+    def next(self) -> Any:
+        self._want.release()
+        try:
+            kind, value = self._out.get(timeout=self._timeout)
+        except queue.Empty:
+            raise RuntimeError(
+                f"DataLoader timed out after {self._timeout:g} seconds waiting for a batch "
+                "from its workers (the timeout argument)."
+            ) from None
+        if kind == "error":
+            raise value
+        return value
+
+    def close(self) -> None:
+        self._stop = True
+        self._want.release()
