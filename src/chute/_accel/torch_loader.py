@@ -39,6 +39,7 @@ import numpy as np
 
 from chute._accel.torch import _import_torch
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
+from chute._core.errors import add_note
 from chute._core.options import MultiprocessingOptions, ReadOptions
 from chute._core.sharding import ShardOptions, even_split
 from chute._core.tree import map_structure
@@ -207,16 +208,34 @@ class _Fetch:
         if self._seed_each:
             _seed_everything(_derive(self._base_seed, "batch", k))
         dataset = self.dataset
-        if self._auto:
-            getitems = getattr(dataset, "__getitems__", None)
-            data = getitems(indices) if getitems else [dataset[i] for i in indices]
-        else:
-            data = dataset[indices]
-        batch = self._collate(data)
+        try:
+            if self._auto:
+                getitems = getattr(dataset, "__getitems__", None)
+                data = getitems(indices) if getitems else [dataset[i] for i in indices]
+            else:
+                data = dataset[indices]
+        except Exception as exc:
+            add_note(
+                exc,
+                f"chute.torch.DataLoader: raised by {type(dataset).__name__}.__getitem__ "
+                f"for batch {k} of the epoch (dataset indices {_shown(indices)}).",
+            )
+            raise
+        try:
+            batch = self._collate(data)
+        except Exception as exc:
+            add_note(exc, f"chute.torch.DataLoader: raised by collate_fn for batch {k}.")
+            raise
         return _ship(batch) if self._ship else batch
 
     def __repr__(self) -> str:
         return f"fetch({type(self.dataset).__name__})"
+
+
+def _shown(indices: Any) -> str:
+    if isinstance(indices, list) and len(indices) > 8:
+        return f"[{', '.join(map(str, indices[:8]))}, ... {len(indices)} in all]"
+    return repr(indices)
 
 
 class _WorkerInit:
@@ -766,7 +785,7 @@ class _LoaderIterator:
                 seed_each_batch=loader.seed_each_batch,
             )
             if workers == 0:
-                self._local = (fetch(batches[k]) for k in range(start, len(batches)))
+                self._local = _LocalBatches(fetch, batches, start)
             else:
                 source = MapDataset.source(batches)[start:].map(fetch)
                 pipeline = source.to_iter_dataset(ReadOptions(num_threads=0)).mp_prefetch(
@@ -819,6 +838,9 @@ class _LoaderIterator:
             self._finished = True
             self.close()
             raise
+        except Exception:
+            self._yielded += 1  # the failed batch is used up, as in PyTorch: next() goes on
+            raise
         if self._chute_it is None and self._pin:
             batch = _unship(batch, self._torch, True)
         self._yielded += 1
@@ -847,6 +869,21 @@ class _LoaderIterator:
             self.close()
         except Exception:
             pass
+
+
+class _LocalBatches(Iterator[Any]):
+    """Batches fetched in this process (``num_workers=0``); one that raises is used up and
+    the next ``next()`` fetches the batch after it, as PyTorch's loader does."""
+
+    def __init__(self, fetch: _Fetch, batches: _EpochBatches, start: int) -> None:
+        self._fetch, self._batches, self._next = fetch, batches, start
+
+    def __next__(self) -> Any:
+        k = self._next
+        if k >= len(self._batches):
+            raise StopIteration
+        self._next += 1
+        return self._fetch(self._batches[k])
 
 
 class _TimedReader:

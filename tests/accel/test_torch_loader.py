@@ -1,0 +1,454 @@
+"""chute.torch.DataLoader: PyTorch's batches, StatefulDataLoader's states, PyTorch's
+conventions in workers, and PyTorch's errors for bad input."""
+
+from __future__ import annotations
+
+import pickle
+import random
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+import chute
+from chute.torch import DataLoader, GlobalShuffleSampler
+
+torch = pytest.importorskip("torch")
+from torch.utils import data as tdata  # noqa: E402
+
+
+class Squares(tdata.Dataset):  # type: ignore[misc]
+    """Element i: its index, its square and a draw from each global generator."""
+
+    def __init__(self, n: int = 37) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {
+            "i": i,
+            "sq": torch.tensor([i * i], dtype=torch.float32),
+            "torch": torch.rand(()),
+            "np": np.random.rand(),
+            "py": random.random(),
+        }
+
+
+def _ids(batches: list[Any]) -> list[list[int]]:
+    return [b["i"].tolist() for b in batches]
+
+
+def _flat(batches: list[list[int]]) -> list[int]:
+    return [i for b in batches for i in b]
+
+
+def _same(a: list[Any], b: list[Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        for key in x:
+            if not torch.equal(torch.as_tensor(x[key]), torch.as_tensor(y[key])):
+                return False
+    return True
+
+
+def _gen(seed: int = 5) -> Any:
+    return torch.Generator().manual_seed(seed)
+
+
+# -- the same batches as PyTorch's loader ------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"batch_size": 4},
+        {"batch_size": 4, "drop_last": True},
+        {"batch_size": None},
+        {"batch_size": 3, "sampler": "random"},
+        {"batch_sampler": "random"},
+    ],
+    ids=["sequential", "drop_last", "unbatched", "sampler", "batch_sampler"],
+)
+def test_same_batches_as_torch_dataloader(workers: int, kwargs: dict[str, Any]) -> None:
+    def loader(kind: Any) -> Any:
+        args = dict(kwargs)
+        if args.get("sampler") == "random":
+            args["sampler"] = tdata.RandomSampler(range(37), generator=_gen(1))
+        if args.get("batch_sampler") == "random":
+            sampler = tdata.RandomSampler(range(37), generator=_gen(2))
+            args["batch_sampler"] = tdata.BatchSampler(sampler, 5, drop_last=False)
+        return kind(Squares(), num_workers=workers, generator=_gen(), **args)
+
+    def run(kind: Any) -> list[Any]:
+        torch.manual_seed(0), np.random.seed(0), random.seed(0)  # the same start for both
+        return list(loader(kind))
+
+    ours, theirs = run(DataLoader), run(tdata.DataLoader)
+    # Random draws in __getitem__ match too: each worker is seeded as PyTorch seeds it and
+    # fetches the batches PyTorch's worker of that number fetches.
+    assert _same(ours, theirs)
+    assert len(loader(DataLoader)) == len(loader(tdata.DataLoader)) == len(ours)
+
+
+def test_batches_are_tensors_made_by_default_collate_and_custom_collate_runs() -> None:
+    (first, *_) = DataLoader(Squares(8), batch_size=4, num_workers=2)
+    assert isinstance(first["sq"], torch.Tensor) and first["sq"].shape == (4, 1)
+    assert first["i"].dtype == torch.int64
+    sums = list(DataLoader(Squares(8), batch_size=4, collate_fn=lambda b: sum(x["i"] for x in b)))
+    assert sums == [6, 22]
+
+
+def test_shuffle_is_a_seeded_global_shuffle_new_each_epoch() -> None:
+    loader = DataLoader(Squares(), batch_size=5, shuffle=True, generator=_gen(3))
+    first, second = _ids(list(loader)), _ids(list(loader))
+    assert sorted(_flat(first)) == list(range(37)) == sorted(_flat(second))
+    assert first != second  # a new order each epoch
+    again = DataLoader(Squares(), batch_size=5, shuffle=True, num_workers=2, generator=_gen(3))
+    assert _ids(list(again)) == first  # the same generator seed: the same order
+    other = DataLoader(Squares(), batch_size=5, shuffle=True, generator=_gen(4))
+    assert _ids(list(other)) != first
+    assert isinstance(loader.sampler, GlobalShuffleSampler)
+
+
+# -- state_dict() and load_state_dict() ---------------------------------------------------------
+
+
+def _run(loader: Any, epochs: int) -> list[list[int]]:
+    return [b["i"].tolist() for _ in range(epochs) for b in loader]
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 1), (0, 2), (2, 0), (1, 2)])
+@pytest.mark.parametrize("stop_at", [0, 3, 9, 10])
+def test_resume_is_exact_into_another_worker_count(before: int, after: int, stop_at: int) -> None:
+    def make(workers: int) -> DataLoader:
+        return DataLoader(Squares(), batch_size=4, shuffle=True, num_workers=workers)
+
+    full = _run(DataLoader(Squares(), batch_size=4, shuffle=True, generator=_gen()), 3)
+    first = DataLoader(Squares(), batch_size=4, shuffle=True, num_workers=before, generator=_gen())
+    it = iter(first)
+    seen = [next(it)["i"].tolist() for _ in range(stop_at)]  # stop_at 10: the epoch's last
+    state = pickle.loads(pickle.dumps(first.state_dict()))
+    resumed = make(after)
+    resumed.load_state_dict(state)
+    rest = _run(resumed, 3)  # the rest of epoch 0, then epochs 1 and 2
+    assert seen + rest == full
+
+
+def test_state_after_stop_iteration_starts_the_next_epoch() -> None:
+    full = _run(DataLoader(Squares(), batch_size=8, shuffle=True, generator=_gen()), 2)
+    loader = DataLoader(Squares(), batch_size=8, shuffle=True, num_workers=2, generator=_gen())
+    first = _run(loader, 1)
+    resumed = DataLoader(Squares(), batch_size=8, shuffle=True)
+    resumed.load_state_dict(loader.state_dict())
+    assert first + _run(resumed, 1) == full
+
+
+def test_state_before_iter_and_after_load_and_state_of_a_fresh_loader() -> None:
+    loader = DataLoader(Squares(), batch_size=4, shuffle=True, generator=_gen())
+    fresh = loader.state_dict()
+    assert fresh["epoch"] == -1 or fresh["yielded"] == 0
+    other = DataLoader(Squares(), batch_size=4, shuffle=True, generator=_gen(9))
+    other.load_state_dict(fresh)
+    assert other.state_dict() == fresh  # loaded, not yet iterated: the loaded state
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    assert state["yielded"] == 1 and state["epoch"] == 0
+    assert loader.state_dict() == state  # taking it changes nothing
+
+
+def test_resume_twice_in_one_epoch_stays_aligned() -> None:
+    full = _run(DataLoader(Squares(), batch_size=3, shuffle=True, generator=_gen()), 1)
+    got: list[list[int]] = []
+    state = None
+    for workers, steps in [(2, 4), (1, 3), (0, 2), (2, 100)]:
+        loader = DataLoader(
+            Squares(), batch_size=3, shuffle=True, num_workers=workers, generator=_gen()
+        )
+        if state is not None:
+            loader.load_state_dict(state)
+        for _, batch in zip(range(steps), loader):  # zip asks range first: no batch lost
+            got.append(batch["i"].tolist())
+        state = loader.state_dict()
+    assert got == full
+
+
+def test_seed_each_batch_makes_random_draws_exact_after_a_resume_into_other_workers() -> None:
+    def make(workers: int) -> DataLoader:
+        return DataLoader(
+            Squares(), batch_size=4, num_workers=workers, seed_each_batch=True, generator=_gen()
+        )
+
+    full = list(make(2))
+    loader = make(2)
+    it = iter(loader)
+    head = [next(it) for _ in range(4)]
+    resumed = make(1)
+    resumed.load_state_dict(loader.state_dict())
+    assert _same(head + list(resumed), full)
+    assert _same(full, list(make(0)))
+
+
+@pytest.mark.parametrize("kind", ["unseeded", "seeded", "distributed"])
+def test_an_explicit_sampler_repeats_its_epoch_on_resume(kind: str) -> None:
+    def sampler() -> Any:
+        if kind == "unseeded":
+            return tdata.RandomSampler(range(37))
+        if kind == "seeded":
+            return tdata.RandomSampler(range(37), generator=_gen(11))
+        s = tdata.DistributedSampler(range(37), num_replicas=2, rank=1, seed=4)
+        s.set_epoch(3)
+        return s
+
+    loader = DataLoader(Squares(), batch_size=4, sampler=sampler(), num_workers=2)
+    it = iter(loader)
+    head = [next(it)["i"].tolist() for _ in range(3)]
+    state = loader.state_dict()
+    tail = [b["i"].tolist() for b in it]
+    resumed = DataLoader(Squares(), batch_size=4, sampler=sampler(), num_workers=1)
+    resumed.load_state_dict(state)
+    assert head + _run(resumed, 1) == head + tail
+    if kind == "distributed":
+        assert sorted(_flat(head + tail)) == sorted(sampler())  # rank 1's half, epoch 3
+
+
+def test_state_dict_is_plain_and_small() -> None:
+    loader = DataLoader(Squares(), batch_size=4, shuffle=True, num_workers=2)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    assert len(pickle.dumps(state)) < 1000
+    torch.save(state, __import__("io").BytesIO())  # what users checkpoint with
+
+
+# -- PyTorch's conventions in workers --------------------------------------------------------
+
+
+class WhoAmI(tdata.Dataset):  # type: ignore[misc]
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        info = tdata.get_worker_info()
+        return {
+            "id": -1 if info is None else info.id,
+            "count": -1 if info is None else info.num_workers,
+            "seed": -1 if info is None else info.seed,
+            "torch_seed": torch.initial_seed(),
+            "mine": info is not None and info.dataset is not self,
+            "tagged": getattr(self, "tag", None) or "none",
+            "threads": torch.get_num_threads(),
+        }
+
+
+def _tag(worker_id: int) -> None:
+    tdata.get_worker_info().dataset.tag = f"w{worker_id}"
+
+
+@pytest.mark.parametrize("kind", [DataLoader, tdata.DataLoader])
+def test_worker_info_seeds_and_worker_init_fn_as_in_pytorch(kind: Any) -> None:
+    loader = kind(WhoAmI(), batch_size=None, num_workers=2, worker_init_fn=_tag, generator=_gen(8))
+    got = list(loader)
+    assert [x["id"] for x in got] == [0, 1] * 4
+    assert {x["count"] for x in got} == {2}
+    assert [x["tagged"] for x in got] == ["w0", "w1"] * 4
+    assert all(x["seed"] == x["torch_seed"] for x in got)
+    assert got[1]["seed"] == got[0]["seed"] + 1
+    assert {x["threads"] for x in got} == {1}
+    # What PyTorch's own loader gives, chute's gives (the suite runs both).
+    reference = list(
+        tdata.DataLoader(
+            WhoAmI(), batch_size=None, num_workers=2, worker_init_fn=_tag, generator=_gen(8)
+        )
+    )
+    assert [x["seed"] for x in got] == [x["seed"] for x in reference]
+
+
+def test_no_worker_info_in_process() -> None:
+    (first, *_) = DataLoader(WhoAmI(), batch_size=None)
+    assert first["id"] == -1
+
+
+class Failing(tdata.Dataset):  # type: ignore[misc]
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, i: int) -> int:
+        if i == 5:
+            raise KeyError(f"no record {i}")
+        return i
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_error_in_getitem_keeps_its_type_and_traceback_and_the_loop_can_go_on(
+    workers: int,
+) -> None:
+    loader = DataLoader(Failing(), batch_size=2, num_workers=workers)
+    it = iter(loader)
+    assert [next(it).tolist() for _ in range(2)] == [[0, 1], [2, 3]]
+    with pytest.raises(KeyError, match="no record 5") as raised:
+        next(it)
+    notes = "\n".join(getattr(raised.value, "__notes__", []))
+    assert "Failing.__getitem__" in notes and "indices [4, 5]" in notes
+    if workers:
+        assert "raise KeyError" in notes  # the worker's traceback
+    assert loader.state_dict()["yielded"] == 3  # the failed batch is used up
+    assert [b.tolist() for b in it] == [[6, 7], [8, 9]]
+
+
+def test_len_of_the_loader() -> None:
+    assert len(DataLoader(Squares(10), batch_size=3)) == 4
+    assert len(DataLoader(Squares(10), batch_size=3, drop_last=True)) == 3
+    assert len(DataLoader(Squares(10), batch_size=None)) == 10
+
+
+def test_shard_options_split_the_dataset_between_ranks() -> None:
+    ranks = [
+        DataLoader(
+            Squares(10),
+            batch_size=2,
+            shuffle=True,
+            generator=_gen(),
+            shard_options=chute.ShardOptions(r, 2),
+        )
+        for r in range(2)
+    ]
+    got = [sorted(_flat(_ids(list(loader)))) for loader in ranks]
+    assert got == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+
+
+# -- iterable-style datasets ----------------------------------------------------------------
+
+
+class Stream(tdata.IterableDataset):  # type: ignore[misc]
+    """0..n-1, split between workers by get_worker_info() as PyTorch's docs do."""
+
+    def __init__(self, n: int = 23) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Any:
+        info = tdata.get_worker_info()
+        if info is None:
+            return iter(range(self.n))
+        return iter(range(info.id, self.n, info.num_workers))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_iterable_dataset_gives_pytorchs_batches_and_resumes(workers: int) -> None:
+    ours = [b.tolist() for b in DataLoader(Stream(), batch_size=4, num_workers=workers)]
+    theirs = [b.tolist() for b in tdata.DataLoader(Stream(), batch_size=4, num_workers=workers)]
+    assert ours == theirs
+    loader = DataLoader(Stream(), batch_size=4, num_workers=workers)
+    it = iter(loader)
+    head = [next(it).tolist() for _ in range(3)]
+    resumed = DataLoader(Stream(), batch_size=4, num_workers=workers)
+    resumed.load_state_dict(loader.state_dict())
+    assert head + [b.tolist() for b in resumed] == ours
+
+
+def test_an_iterable_state_refuses_another_worker_count() -> None:
+    loader = DataLoader(Stream(), batch_size=4, num_workers=2)
+    it = iter(loader)
+    next(it)
+    other = DataLoader(Stream(), batch_size=4, num_workers=1)
+    with pytest.raises(ValueError, match="same num_workers|num_workers that saved it"):
+        other.load_state_dict(loader.state_dict())
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"batch_size": 2, "batch_sampler": [[0, 1]]}, "batch_sampler option is mutually"),
+        ({"shuffle": True, "sampler": range(3)}, "sampler option is mutually exclusive"),
+        ({"num_workers": -1}, "num_workers"),
+        ({"timeout": -1}, "timeout option should be non-negative"),
+        ({"prefetch_factor": 2}, "prefetch_factor option could only be specified"),
+        ({"persistent_workers": True}, "persistent_workers option needs num_workers > 0"),
+        ({"batch_size": None, "drop_last": True}, "mutually exclusive with drop_last"),
+        ({"batch_size": 0}, "batch_size"),
+    ],
+)
+def test_conflicting_arguments_raise_pytorchs_errors(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        DataLoader(Squares(), **kwargs)
+
+
+def test_a_non_dataset_is_refused() -> None:
+    with pytest.raises(TypeError, match="map-style dataset"):
+        DataLoader(42)
+
+
+def test_iterable_dataset_refuses_shuffle_and_samplers() -> None:
+    with pytest.raises(ValueError, match="expected unspecified shuffle"):
+        DataLoader(Stream(), shuffle=True)
+    with pytest.raises(ValueError, match="expected unspecified sampler"):
+        DataLoader(Stream(), sampler=range(3))
+
+
+def test_a_state_from_another_loader_is_refused_and_nothing_changes() -> None:
+    loader = DataLoader(Squares(), batch_size=4, num_workers=2)
+    torch_state = {"_sampler_iter_yielded": 3, "_num_yielded": 3}
+    with pytest.raises(ValueError, match="not a state of chute.torch.DataLoader"):
+        loader.load_state_dict(torch_state)
+    other = DataLoader(Squares(50), batch_size=4)
+    it = iter(other)
+    next(it)
+    with pytest.raises(ValueError, match="13 batches"):
+        loader.load_state_dict(other.state_dict())
+    assert _ids(list(loader))[0] == [0, 1, 2, 3]  # still at the start
+
+
+class Unpicklable(Squares):
+    def __init__(self) -> None:
+        super().__init__(8)
+        self.lock = threading.Lock()
+
+
+def test_a_dataset_holding_a_lock_works_with_forked_workers() -> None:
+    # PyTorch forks its workers on Linux, so datasets holding locks or open files work;
+    # chute forks them too where it is safe.
+    assert _ids(list(DataLoader(Unpicklable(), batch_size=4, num_workers=2))) == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+    ]
+
+
+class Blocking(tdata.Dataset):  # type: ignore[misc]
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> int:
+        if i == 2:
+            threading.Event().wait()  # never set: the worker hangs here
+        return i
+
+
+def test_timeout_raises_when_a_worker_hangs() -> None:
+    loader = DataLoader(Blocking(), batch_size=1, num_workers=1, timeout=10)
+    it = iter(loader)
+    got: list[int] = []
+    with pytest.raises(RuntimeError, match="timed out after 10 seconds"):
+        for _ in range(4):  # the batches before the hang may come, or wait in its chunk
+            got.append(next(it).item())
+    assert got == [0, 1][: len(got)]
+    it.close()
+
+
+def test_pin_memory_without_an_accelerator_warns_as_pytorch_does() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("an accelerator is present")
+    loader = DataLoader(Squares(4), batch_size=2, pin_memory=True)
+    with pytest.warns(UserWarning, match="pin_memory"):
+        got = list(loader)
+    assert len(got) == 2
