@@ -67,6 +67,15 @@ def test_images_example_decodes_jpegs_in_workers_and_resumes() -> None:
     assert "resumed: identical batch" in out.stdout
 
 
+def test_torch_example_trains_saves_mid_epoch_and_resumes_with_another_worker_count() -> None:
+    pytest.importorskip("torch")
+    out = run_example("torch_resume.py").stdout
+    assert "saved after 25 batches of epoch 0 (num_workers=2)" in out
+    assert "resumed with num_workers=1: 103 more batches" in out
+    assert "the same 128 batches in the same order: True" in out
+    assert "ends with the same weights: True" in out
+
+
 def test_topology_example_saves_on_two_hosts_and_resumes_on_four_and_on_one() -> None:
     out = run_example("topology.py").stdout
     assert "2 host(s) x 2 worker(s)" in out

@@ -51,7 +51,7 @@ def test_reference_targets_exist(page: str) -> None:
 def test_reference_covers_every_public_module() -> None:
     documented = "\n".join((ROOT / "docs" / p).read_text() for p in PAGES if p != "index.md")
     modules = ("transforms", "sources", "experimental", "checkpoint", "samplers", "sharding")
-    for module in (*modules, "testing"):
+    for module in (*modules, "testing", "torch"):
         assert f"::: chute.{module}" in documented
 
 
