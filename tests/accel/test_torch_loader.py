@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import chute
+from chute._execution import processes
 from chute.torch import DataLoader, GlobalShuffleSampler
 
 torch = pytest.importorskip("torch")
@@ -415,13 +416,40 @@ class Unpicklable(Squares):
         self.lock = threading.Lock()
 
 
-def test_a_dataset_holding_a_lock_works_with_forked_workers() -> None:
-    # PyTorch forks its workers on Linux, so datasets holding locks or open files work;
-    # chute forks them too where it is safe.
-    assert _ids(list(DataLoader(Unpicklable(), batch_size=4, num_workers=2))) == [
-        [0, 1, 2, 3],
-        [4, 5, 6, 7],
-    ]
+def test_a_dataset_holding_a_lock_works_with_forked_workers_beside_a_thread() -> None:
+    # PyTorch forks its workers on Linux, also beside other threads, so datasets holding
+    # locks or open files work; chute.torch.DataLoader forks them too, unless the child
+    # would break (JAX's runtime initialised in this process, say).
+    reason = processes.fork_unsafe_reason(as_pytorch_forks=True)
+    if reason is not None:
+        pytest.skip(f"this process cannot fork: {reason}")
+    stop = threading.Event()
+    beside = threading.Thread(target=stop.wait)
+    beside.start()
+    try:
+        got = _ids(list(DataLoader(Unpicklable(), batch_size=4, num_workers=2)))
+    finally:
+        stop.set()
+        beside.join()
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_an_unpicklable_dataset_with_spawned_workers_says_what_cannot_be_pickled(
+    context: str,
+) -> None:
+    loader = DataLoader(Unpicklable(), batch_size=4, num_workers=2, multiprocessing_context=context)
+    with pytest.raises(TypeError, match="pickle") as raised:
+        iter(loader)
+    notes = "\n".join(raised.value.__notes__)
+    assert "Unpicklable" in notes and "cannot be pickled" in notes
+
+
+def test_multiprocessing_context_is_checked() -> None:
+    with pytest.raises(ValueError, match="multiprocessing_context"):
+        DataLoader(Squares(), num_workers=2, multiprocessing_context="thread")
+    with pytest.raises(ValueError, match="num_workers=0"):
+        DataLoader(Squares(), multiprocessing_context="spawn")
 
 
 class Blocking(tdata.Dataset):  # type: ignore[misc]

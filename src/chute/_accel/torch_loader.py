@@ -43,6 +43,7 @@ from chute._core.errors import add_note
 from chute._core.options import MultiprocessingOptions, ReadOptions
 from chute._core.sharding import ShardOptions, even_split
 from chute._core.tree import map_structure
+from chute._execution import processes
 
 __all__ = ["DataLoader", "GlobalShuffleSampler"]
 
@@ -383,10 +384,16 @@ class DataLoader:
       Epoch 0's worker seeds equal PyTorch's (``base_seed + worker_id``).
     * Batches always arrive in order (``in_order=False`` is accepted; chute
       never reorders, so the state stays exact).
-    * ``persistent_workers``, ``multiprocessing_context`` and
-      ``snapshot_every_n_steps`` are accepted and checked: chute starts its own
-      workers (from its fork server) at every ``iter()``, and its state costs
-      nothing to take, so there is nothing to snapshot.
+    * ``persistent_workers`` and ``snapshot_every_n_steps`` are accepted and
+      checked: chute starts the workers at every ``iter()`` (a fork, in tens of
+      milliseconds), and its state costs nothing to take, so there is nothing
+      to snapshot.
+    * ``multiprocessing_context``: None forks the workers as PyTorch does on
+      Linux, also beside other threads and CUDA (the workers must not use
+      CUDA), unless a forked child would break (JAX's runtime is initialised,
+      say: then chute's fork server starts them); ``"spawn"`` and
+      ``"forkserver"`` start them from chute's fork server, a fresh
+      interpreter, to which the dataset is pickled.
     * ``seed_each_batch=True`` (chute's addition) seeds ``random``, NumPy and
       torch before each batch from the epoch's seed and the batch's number:
       random augmentations then repeat exactly after a resume into any number
@@ -518,6 +525,7 @@ class DataLoader:
         self.generator, self.in_order = generator, bool(in_order)
         self.persistent_workers = bool(persistent_workers)
         self.multiprocessing_context = multiprocessing_context
+        self._start_policy = _start_policy(multiprocessing_context)
         self.snapshot_every_n_steps = snapshot_every_n_steps
         self.seed_each_batch = bool(seed_each_batch)
         self.shard_options = shard_options
@@ -698,6 +706,16 @@ class DataLoader:
         return _EpochBatches(planned=planned), state
 
 
+def _start_policy(context: Any) -> str:
+    """How chute starts the workers for ``multiprocessing_context``: None forks as PyTorch
+    does on Linux (beside threads and CUDA, unless the child would break); "spawn" and
+    "forkserver" start them from chute's fork server, a fresh interpreter."""
+    if context is None:
+        return "as_pytorch"
+    method = context if isinstance(context, str) else context.get_start_method()
+    return "fork" if method == "fork" else "forkserver"
+
+
 def _is_range(data_source: Any, n: int) -> bool:
     return isinstance(data_source, range) and data_source == range(n)
 
@@ -792,7 +810,8 @@ class _LoaderIterator:
                     MultiprocessingOptions(workers, per_worker_buffer_size=loader.prefetch_factor),
                     worker_init_fn=_WorkerInit(fetch.dataset, base_seed, loader.worker_init_fn),
                 )
-                self._chute_it = iter(pipeline)
+                with processes.starting(loader._start_policy):
+                    self._chute_it = iter(pipeline)
         else:
             self._len = loader._len_or_none()
             stream = _StreamBatches(
@@ -810,7 +829,8 @@ class _LoaderIterator:
                     MultiprocessingOptions(workers, per_worker_buffer_size=loader.prefetch_factor),
                     worker_init_fn=_WorkerInit(stream.dataset, base_seed, loader.worker_init_fn),
                 )
-                self._chute_it = iter(pipeline)
+                with processes.starting(loader._start_policy):
+                    self._chute_it = iter(pipeline)
                 for _ in range(start):  # replays the workers' streams up to the state
                     next(self._chute_it)
         if loader.timeout > 0 and self._chute_it is not None:

@@ -31,6 +31,7 @@ stops it, whatever was forked after it.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import multiprocessing
 import multiprocessing.connection
@@ -42,7 +43,7 @@ import sys
 import threading
 import types
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing import popen_forkserver, spawn
 from typing import Any, ClassVar
 
@@ -68,12 +69,18 @@ def context() -> Any:
     return _context
 
 
-def fork_unsafe_reason() -> str | None:
-    """Why forking this process now could deadlock or break a runtime; None if it is safe."""
+def fork_unsafe_reason(*, as_pytorch_forks: bool = False) -> str | None:
+    """Why forking this process now could deadlock or break a runtime; None if it is safe.
+
+    With ``as_pytorch_forks``, only what breaks a forked child outright counts:
+    threads running and CUDA initialised do not, as PyTorch's own DataLoader
+    forks beside them (its workers must not use CUDA, and a lock another thread
+    held at the fork stays held in the child).
+    """
     if not sys.platform.startswith("linux"):
         return f"fork is only used on Linux (this is {sys.platform})"
     threads = threading.enumerate()
-    if len(threads) > 1:
+    if len(threads) > 1 and not as_pytorch_forks:
         others = ", ".join(t.name for t in threads if t is not threading.current_thread())
         return f"{len(threads)} threads are running ({others})"
     bridge = sys.modules.get("jax._src.xla_bridge")
@@ -81,7 +88,11 @@ def fork_unsafe_reason() -> str | None:
         return "JAX's runtime is initialised"
     torch = sys.modules.get("torch")
     cuda = getattr(torch, "cuda", None)
-    if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
+    if (
+        cuda is not None
+        and getattr(cuda, "is_initialized", lambda: False)()
+        and not (as_pytorch_forks)
+    ):
         return "CUDA is initialised"
     if "tensorflow" in sys.modules:
         return "TensorFlow is imported"
@@ -111,7 +122,26 @@ def start_method() -> str:
         )
     if chosen != "auto":
         return chosen
-    return "fork" if fork_unsafe_reason() is None else "forkserver"
+    if _policy in _METHODS and _policy != "auto":
+        return _policy
+    like_pytorch = _policy == "as_pytorch"
+    return "fork" if fork_unsafe_reason(as_pytorch_forks=like_pytorch) is None else "forkserver"
+
+
+_policy = "auto"  # how workers start inside ``starting()``
+
+
+@contextlib.contextmanager
+def starting(policy: str) -> Iterator[None]:
+    """Workers started inside start as ``policy`` says: ``"fork"``, ``"forkserver"``,
+    ``"auto"`` or ``"as_pytorch"`` (fork unless the child would break: see
+    ``fork_unsafe_reason``).  ``CHUTE_WORKER_START``, when set, still wins."""
+    global _policy
+    before, _policy = _policy, policy
+    try:
+        yield
+    finally:
+        _policy = before
 
 
 def prepare(*, only_beside_jax: bool = False) -> None:
