@@ -480,3 +480,68 @@ def test_pin_memory_without_an_accelerator_warns_as_pytorch_does() -> None:
     with pytest.warns(UserWarning, match="pin_memory"):
         got = list(loader)
     assert len(got) == 2
+
+
+_RANK_SCRIPT = """
+import json, sys
+import torch
+import torch.distributed as dist
+from chute.torch import DataLoader, ShardByRank
+
+rank, world, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                        world_size=world)
+try:
+    loader = DataLoader(list(range(30)), batch_size=4, shuffle=True, num_workers=1,
+                        shard_options=ShardByRank(),
+                        generator=torch.Generator().manual_seed(rank))
+    print(json.dumps([b.tolist() for b in loader]))
+finally:
+    dist.destroy_process_group()
+"""
+
+
+def test_ranks_of_a_real_process_group_read_disjoint_shards(tmp_path: Any) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "rank.py"
+    script.write_text(_RANK_SCRIPT)
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), "2", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=100) for p in ranks]
+    assert all(p.returncode == 0 for p in ranks), [err for _, err in outs]
+    got = [_flat(__import__("json").loads(out)) for out, _ in outs]
+    assert sorted(got[0]) == list(range(15)) and sorted(got[1]) == list(range(15, 30))
+
+
+def test_shard_by_rank_reads_torchrun_s_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chute.torch import ShardByRank
+
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    shard = ShardByRank(drop_remainder=True)
+    assert (shard.shard_index, shard.shard_count, shard.drop_remainder) == (2, 4, True)
+    loader = DataLoader(Squares(10), batch_size=None, shard_options=shard)
+    assert [int(x["i"]) for x in loader] == [4, 5]
+
+
+class Endless(tdata.Sampler):  # type: ignore[misc]
+    def __iter__(self) -> Any:
+        return iter(int, 1)
+
+
+def test_an_endless_sampler_is_refused_at_once() -> None:
+    with pytest.raises(TypeError, match="has no len"):
+        DataLoader(Squares(), sampler=Endless(), batch_size=2)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 import queue
 import random
 import threading
@@ -45,7 +46,7 @@ from chute._core.sharding import ShardOptions, even_split
 from chute._core.tree import map_structure
 from chute._execution import processes
 
-__all__ = ["DataLoader", "GlobalShuffleSampler"]
+__all__ = ["DataLoader", "GlobalShuffleSampler", "ShardByRank"]
 
 _STATE_VERSION = 1
 _STATE_KIND = "chute.torch.DataLoader"
@@ -65,15 +66,17 @@ class GlobalShuffleSampler:
 
     A torch ``Sampler`` in all but its base class (``len``, ``iter``); the loader
     sets its ``seed`` at each epoch from the loader's ``generator``.  The order
-    depends only on ``(n, seed)``: the same on every machine and worker count.
+    depends only on ``(n, seed, shard)``: the same on every machine and worker
+    count.  ``seed=None`` reads in order; ``shard`` is ``(start, stop)``, the
+    block of ``range(n)`` this rank reads (``shard_options``).
 
     >>> s = GlobalShuffleSampler(5, seed=3)
     >>> sorted(s) == [0, 1, 2, 3, 4], len(s), list(s) == list(GlobalShuffleSampler(5, seed=3))
     (True, 5, True)
     """
 
-    def __init__(self, n: int, seed: int = 0, shard: tuple[int, int] | None = None) -> None:
-        self.n, self.seed = int(n), int(seed)
+    def __init__(self, n: int, seed: int | None = 0, shard: tuple[int, int] | None = None) -> None:
+        self.n, self.seed = int(n), None if seed is None else int(seed)
         self._start, self._stop = shard if shard is not None else (0, self.n)
 
     def order(self) -> MapDataset[int]:
@@ -90,6 +93,31 @@ class GlobalShuffleSampler:
 
     def __repr__(self) -> str:
         return f"GlobalShuffleSampler(n={self.n}, seed={self.seed})"
+
+
+class ShardByRank(ShardOptions):
+    """This process's shard by its ``torch.distributed`` rank (``shard_options=`` of the loader).
+
+    The rank and world size come from the initialised process group, else from
+    the ``RANK`` and ``WORLD_SIZE`` environment variables (``torchrun`` sets
+    them), else this is shard 0 of 1.
+
+    Args:
+        drop_remainder: Give every rank the same number of elements, dropping the rest.
+
+    >>> ShardByRank()  # a single process
+    ShardByRank(shard_index=0, shard_count=1, drop_remainder=False)
+    """
+
+    def __init__(self, drop_remainder: bool = False) -> None:
+        torch = _import_torch()
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            index, count = dist.get_rank(), dist.get_world_size()
+        else:
+            index = int(os.environ.get("RANK", "0"))
+            count = int(os.environ.get("WORLD_SIZE", "1"))
+        super().__init__(shard_index=index, shard_count=count, drop_remainder=drop_remainder)
 
 
 class _EpochBatches(Sequence[Any]):
@@ -543,8 +571,10 @@ class DataLoader:
                 else (0, len(dataset))
             )
             if sampler is None and batch_sampler is None:
-                if shuffle:
-                    sampler = GlobalShuffleSampler(len(dataset), 0, self._shard)
+                if shuffle or shard_options is not None:  # seeded at each epoch when shuffled
+                    sampler = GlobalShuffleSampler(
+                        len(dataset), 0 if shuffle else None, self._shard
+                    )
                 else:
                     sampler = torch.utils.data.SequentialSampler(range(*self._shard))
             self._own_sampler = batch_sampler is None and (
@@ -556,6 +586,7 @@ class DataLoader:
             )
             if batch_sampler is None and batch_size is not None:
                 batch_sampler = torch.utils.data.BatchSampler(sampler, batch_size, bool(drop_last))
+            _check_planned(batch_sampler if batch_sampler is not None else sampler)
         else:
             self._own_sampler, self._shard = False, (0, 0)
         self.sampler, self.batch_sampler = sampler, batch_sampler
@@ -689,7 +720,8 @@ class DataLoader:
         """The epoch's batches and what its sampler needs to repeat them."""
         if self._own_sampler:
             if isinstance(self.sampler, GlobalShuffleSampler):
-                self.sampler.seed = _derive(base_seed, "shuffle") % 2**32
+                if self.shuffle:
+                    self.sampler.seed = _derive(base_seed, "shuffle") % 2**32
                 order = self.sampler.order()
             else:
                 order = MapDataset.range(*self._shard)
@@ -704,6 +736,18 @@ class DataLoader:
                 self._torch.manual_seed(state["torch_seed"])
             planned = [_plain(b) for b in source]
         return _EpochBatches(planned=planned), state
+
+
+def _check_planned(source: Any) -> None:
+    """An explicit sampler is read whole at each ``iter()``: it needs a length."""
+    try:
+        len(source)
+    except TypeError:
+        raise TypeError(
+            f"DataLoader: the sampler {type(source).__name__} has no len(); chute plans each "
+            "epoch from the sampler at iter(), so an endless sampler cannot be read. Give it a "
+            "__len__ (one epoch's length), or use shuffle=True."
+        ) from None
 
 
 def _start_policy(context: Any) -> str:
