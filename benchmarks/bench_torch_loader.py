@@ -21,22 +21,25 @@ Three parts, each loader built the way a PyTorch user builds it, with
    ``iter()`` and reads one epoch (workers start in every run: no
    ``persistent_workers``).  Each loader's first (warm-up) epoch is checked: 128
    batches of (32, 3, 224, 224) uint8 and every index exactly once.  Then ``repeats``
-   runs each, alternating; the rate is images / the median epoch.  First batch: from
-   building the loader to holding its first batch, 3 trials each, the median.
+   (5) runs each, alternating; the rate is images / the median epoch.  First batch:
+   from building the loader to holding its first batch, 5 trials each, the median.
 2. **Workers' memory over an epoch.** A ``Dataset`` holding a Python list of 1,000,000
    tuples ``(i, "obj0000000", i % 10)``; ``__getitem__`` returns ``(t[0], t[2])``;
    ``batch_size=256, shuffle=True``, one epoch each.  The workers' USS and PSS (sum over
    the worker processes, from ``/proc/<pid>/smaps_rollup``) after each worker delivered
    its first batch, at 10 points of the epoch and at its last batch.  The growth is end
-   less start.  chute starts its workers by fork when only the main thread runs (so
-   here), else from its fork server, through which the dataset travels pickled: the
-   row ``chute (fork server)`` forces the latter (``CHUTE_WORKER_START=forkserver``).
+   less start.  By default both libraries fork their workers from this process, whose
+   pages (the list's included) they share until written; the rows ``forkserver`` pass
+   ``multiprocessing_context="forkserver"``, through which the dataset travels pickled
+   and each worker holds its own copy.
 3. **state_dict() every step.** The JPEG loader's epoch, its loop calling
    ``loader.state_dict()`` after every batch or not: chute, and ``StatefulDataLoader``
    with ``snapshot_every_n_steps=1`` (and, as its baseline, with snapshots every 10**9
    steps, i.e. none).  Reported: the step time (epoch / 128), the time inside the
-   ``state_dict()`` calls per step, and the epochs' ratio; runs alternate, at least 5
-   of each.
+   ``state_dict()`` calls per step, and the epoch against its baseline (chute without
+   the calls; torchdata without snapshots): the median over rounds of the ratio of the
+   two epochs of one round (each round runs every loop once, the order rotated), at
+   least 7 rounds.
 
 Run through ``bash benchmarks/run torch_loader``; see README.md.
 """
@@ -80,7 +83,8 @@ N_OBJECTS = 100_000 if QUICK else 1_000_000
 OBJ_BATCH = 256
 MEMORY_POINTS = 10  # samples of the workers' memory over an epoch
 NO_SNAPSHOTS = 10**9  # StatefulDataLoader's snapshot_every_n_steps that never snapshots
-STATE_REPEATS = 5  # part 3's runs of each loop (at least): its differences are small
+FIRST_BATCH_TRIALS = 5
+STATE_REPEATS = 7  # part 3's rounds (at least): its differences are small
 TARGETS = {"throughput chute/torch": 1.2, "first batch chute/torch": 1.0, "state cost": 0.01}
 
 
@@ -135,9 +139,13 @@ def make_objects(n: int) -> list[tuple[int, str, int]]:
 # -- the loaders ----------------------------------------------------------------------------------
 
 
-def torch_loader(dataset: Any, batch_size: int) -> Any:
+def torch_loader(dataset: Any, batch_size: int, context: str | None = None) -> Any:
     return torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size, shuffle=True, num_workers=WORKERS
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=WORKERS,
+        multiprocessing_context=context,
     )
 
 
@@ -151,8 +159,14 @@ def torchdata_loader(dataset: Any, batch_size: int, snapshot_every_n_steps: int 
     )
 
 
-def chute_loader(dataset: Any, batch_size: int) -> Any:
-    return chute.torch.DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=WORKERS)
+def chute_loader(dataset: Any, batch_size: int, context: str | None = None) -> Any:
+    return chute.torch.DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=WORKERS,
+        multiprocessing_context=context,
+    )
 
 
 def close_any(it: Any) -> None:
@@ -241,7 +255,7 @@ def throughput(dataset: JpegDataset, repeats: int, log: list[dict[str, Any]]) ->
         impl.check = "ok" if impl.error is None else common.CHECK_RAISED
     common.report_check(impls, "torch", "every epoch holds each index once, shapes and dtypes")
     common.time_runs(impls, repeats)
-    common.time_first_batch(impls[:3], trials=3)
+    common.time_first_batch(impls[:3], trials=FIRST_BATCH_TRIALS)
     ratios = [
         Ratio("throughput chute/torch", chute_impl, torch_impl, TARGETS["throughput chute/torch"]),
         Ratio("throughput chute/torchdata", chute_impl, torchdata_impl, None),
@@ -385,33 +399,7 @@ def memory_epoch(name: str, make_loader: Callable[[], Any]) -> dict[str, Any]:
     }
 
 
-def chute_fork_server(dataset: Any) -> Any:
-    """chute's loader whose workers come from its fork server (the dataset pickled)."""
-
-    class ForkServer:
-        def __init__(self) -> None:
-            self.loader = chute_loader(dataset, OBJ_BATCH)
-
-        def __len__(self) -> int:
-            return len(self.loader)
-
-        def __iter__(self) -> Any:
-            previous = os.environ.get("CHUTE_WORKER_START")
-            os.environ["CHUTE_WORKER_START"] = "forkserver"
-            try:
-                return iter(self.loader)
-            finally:
-                if previous is None:
-                    del os.environ["CHUTE_WORKER_START"]
-                else:
-                    os.environ["CHUTE_WORKER_START"] = previous
-
-    return ForkServer()
-
-
 def memory() -> dict[str, Any]:
-    from chute._execution import processes as chute_processes
-
     began = time.perf_counter()
     made = time.perf_counter()
     dataset = ObjectsDataset(make_objects(N_OBJECTS))
@@ -421,19 +409,14 @@ def memory() -> dict[str, Any]:
     print(
         f"part 2: a list of {N_OBJECTS:,} tuples (made in {made:.1f} s; this process's USS "
         f"{(parent.get('Private_Clean', 0) + parent.get('Private_Dirty', 0)) / 1024:,.0f} MB), "
-        f"batch {OBJ_BATCH}, {WORKERS} workers; chute starts its workers by "
-        f"{chute_processes.start_method()}"
-        + (
-            f" ({chute_processes.fork_unsafe_reason()})"
-            if chute_processes.fork_unsafe_reason()
-            else ""
-        )
+        f"batch {OBJ_BATCH}, {WORKERS} workers"
     )
     runs = [
         ("torch", lambda: torch_loader(dataset, OBJ_BATCH)),
         ("torchdata", lambda: torchdata_loader(dataset, OBJ_BATCH)),
         ("chute", lambda: chute_loader(dataset, OBJ_BATCH)),
-        ("chute (fork server)", lambda: chute_fork_server(dataset)),
+        ("torch, forkserver", lambda: torch_loader(dataset, OBJ_BATCH, "forkserver")),
+        ("chute, forkserver", lambda: chute_loader(dataset, OBJ_BATCH, "forkserver")),
     ]
     results = []
     for name, make in runs:
@@ -516,6 +499,12 @@ def stepping(
     return run
 
 
+def paired_ratio(impl: Impl, base: Impl) -> float | None:
+    """The median over rounds of ``impl``'s epoch / ``base``'s epoch in the same round."""
+    pairs = [a / b for a, b in zip(impl.times, base.times) if b]
+    return statistics.median(pairs) if pairs and len(impl.times) == len(base.times) else None
+
+
 def state_cost(dataset: JpegDataset, repeats: int, log: list[dict[str, Any]]) -> dict[str, Any]:
     began = time.perf_counter()
     configs: list[tuple[str, Callable[[], Any], bool]] = [
@@ -544,24 +533,8 @@ def state_cost(dataset: JpegDataset, repeats: int, log: list[dict[str, Any]]) ->
     common.time_runs(impls, repeats)
     by = {i.name: i for i in impls}
     steps = -(-N_IMAGES // BATCH)
-    ratios = [
-        Ratio("state chute with/without (epoch rate)", by["chute + state_dict"], by["chute"], None),
-        Ratio(
-            "state torchdata snap=1 + state_dict / snap=1e9",
-            by["torchdata snap=1 + state_dict"],
-            by["torchdata snap=1e9"],
-            None,
-        ),
-        Ratio(
-            "state torchdata snap=1 / snap=1e9",
-            by["torchdata snap=1"],
-            by["torchdata snap=1e9"],
-            None,
-        ),
-    ]
-    common.mark_invalid(ratios)
     base = {"chute": by["chute"], "torchdata": by["torchdata snap=1e9"]}
-    rows, per_call = [], {}
+    rows, per_call, epoch_ratios = [], {}, {}
     for impl in impls:
         step = impl.median / steps if impl.median else None
         c = calls[impl.name]
@@ -573,13 +546,15 @@ def state_cost(dataset: JpegDataset, repeats: int, log: list[dict[str, Any]]) ->
             "max_s": max(c) if c else None,
         }
         ref = base["chute" if impl.name.startswith("chute") else "torchdata"]
+        paired = paired_ratio(impl, ref)
+        epoch_ratios[impl.name] = paired
         rows.append(
             [
                 impl.name,
                 f"{step * 1000:.2f}" if step else "-",
                 f"{call * 1e6:.1f}" if call is not None else "-",
                 f"{call / step:.3%}" if call is not None and step else "-",
-                f"{impl.median / ref.median:.3f}" if impl.median and ref.median else "-",
+                f"{paired:.3f}" if paired else "-",
                 f"{impl.spread():.0%}" if impl.spread() is not None else "-",
             ]
         )
@@ -606,8 +581,9 @@ def state_cost(dataset: JpegDataset, repeats: int, log: list[dict[str, Any]]) ->
         "unit": "images/s",
         "seconds": time.perf_counter() - began,
         "impls": impls,
-        "ratios": ratios,
+        "ratios": [],  # the paired ratios below: the medians' ratio is noisier
         "state_dict_calls": per_call,
+        "epoch_over_baseline_paired_median": epoch_ratios,
         "chute_state_dict_share_of_step": chute_share,
     }
 
@@ -616,7 +592,7 @@ def state_cost(dataset: JpegDataset, repeats: int, log: list[dict[str, Any]]) ->
 
 
 def main() -> int:
-    args = common.parse_args(__doc__.splitlines()[0] if __doc__ else "", repeats=3)
+    args = common.parse_args(__doc__.splitlines()[0] if __doc__ else "", repeats=5)
     started = time.perf_counter()
     env = common.environment()
     for peer in ("torch", "torchdata", "pillow"):
