@@ -545,3 +545,129 @@ class Endless(tdata.Sampler):  # type: ignore[misc]
 def test_an_endless_sampler_is_refused_at_once() -> None:
     with pytest.raises(TypeError, match="has no len"):
         DataLoader(Squares(), sampler=Endless(), batch_size=2)
+
+
+# -- datasets with a state of their own (torchdata's Stateful) --------------------------------
+
+
+class RandomPicks(tdata.Dataset):  # type: ignore[misc]
+    """Draws from torch's generator in __getitem__, and saves that generator as its state."""
+
+    def __len__(self) -> int:
+        return 40
+
+    def __getitem__(self, i: int) -> list[int]:
+        return [i, int(torch.randint(1000, ()))]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": torch.get_rng_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        torch.set_rng_state(state["rng"])
+
+
+def _plain_collate(batch: Any) -> Any:
+    return batch
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+@pytest.mark.parametrize("stop_at", [0, 1, 7])
+def test_a_stateful_dataset_resumes_its_own_state_too(workers: int, stop_at: int) -> None:
+    def make() -> DataLoader:
+        return DataLoader(
+            RandomPicks(),
+            batch_size=3,
+            num_workers=workers,
+            collate_fn=_plain_collate,
+            generator=_gen(),
+        )
+
+    torch.manual_seed(1)  # in process, the draws come from this process's generator
+    full = list(make())
+    torch.manual_seed(1)
+    loader = make()
+    it = iter(loader)
+    head = [next(it) for _ in range(stop_at)]
+    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    torch.manual_seed(99)  # the restore puts the dataset's generator back, whatever it was
+    resumed = make()
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == full
+
+
+def test_a_stateful_dataset_s_state_needs_the_worker_count_that_saved_it() -> None:
+    loader = DataLoader(RandomPicks(), batch_size=3, num_workers=2, collate_fn=_plain_collate)
+    it = iter(loader)
+    next(it)
+    other = DataLoader(RandomPicks(), batch_size=3, num_workers=1, collate_fn=_plain_collate)
+    with pytest.raises(ValueError, match="keeps a state of its own"):
+        other.load_state_dict(loader.state_dict())
+
+
+class Countdown(tdata.IterableDataset):  # type: ignore[misc]
+    """Its own iterator (``__iter__`` returns itself without rewinding), with a state."""
+
+    def __init__(self, n: int = 11) -> None:
+        self.n, self.i, self.passes = n, 0, 0
+
+    def __iter__(self) -> Any:
+        self.passes += 1
+        return self
+
+    def __next__(self) -> int:
+        if self.i >= self.n:
+            raise StopIteration
+        self.i += 1
+        return self.i - 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"i": self.i}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.i = state["i"]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batch_size", [None, 3])
+def test_an_iterable_that_is_its_own_iterator_batches_and_resumes(
+    workers: int, batch_size: int | None
+) -> None:
+    def make() -> DataLoader:
+        return DataLoader(Countdown(), batch_size=batch_size, num_workers=workers)
+
+    theirs = [
+        torch.as_tensor(b).tolist()
+        for b in tdata.DataLoader(Countdown(), batch_size=batch_size, num_workers=workers)
+    ]
+    full = [torch.as_tensor(b).tolist() for b in make()]
+    assert full == theirs
+    for stop_at in (0, 2, 3):
+        loader = make()
+        it = iter(loader)
+        head = [torch.as_tensor(next(it)).tolist() for _ in range(stop_at)]
+        resumed = make()
+        resumed.load_state_dict(loader.state_dict())
+        assert head + [torch.as_tensor(b).tolist() for b in resumed] == full
+
+
+def test_a_state_taken_before_iter_pins_the_order() -> None:
+    loader = DataLoader(Squares(), batch_size=4, shuffle=True)
+    state = loader.state_dict()
+    first = _ids(list(loader))
+    other = DataLoader(Squares(), batch_size=4, shuffle=True)
+    other.load_state_dict(state)
+    assert _ids(list(other)) == first
+
+
+def _failing_init(worker_id: int) -> None:
+    raise ValueError(f"worker {worker_id} cannot set up")
+
+
+def test_an_error_in_worker_init_fn_raises_itself_at_iter() -> None:
+    loader = DataLoader(Squares(), batch_size=4, num_workers=2, worker_init_fn=_failing_init)
+    with pytest.raises(ValueError, match="cannot set up"):
+        iter(loader)
+
+
+def test_snapshot_every_n_steps_takes_zero_as_torchdata_does() -> None:
+    assert len(list(DataLoader(Squares(8), batch_size=4, snapshot_every_n_steps=0))) == 2

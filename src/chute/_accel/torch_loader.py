@@ -26,7 +26,6 @@ and needs the same ``num_workers``.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import queue
@@ -40,7 +39,7 @@ import numpy as np
 
 from chute._accel.torch import _import_torch
 from chute._core.dataset import DatasetIterator, IterDataset, MapDataset
-from chute._core.errors import add_note
+from chute._core.errors import WorkerDiedError, add_note
 from chute._core.options import MultiprocessingOptions, ReadOptions
 from chute._core.sharding import ShardOptions, even_split
 from chute._core.tree import map_structure
@@ -227,10 +226,12 @@ class _Fetch:
         ship: bool,
         base_seed: int,
         seed_each_batch: bool,
+        with_state: bool = False,
     ) -> None:
         self.dataset, self._collate = dataset, collate_fn
         self._auto, self._ship = auto_collation, ship
         self._base_seed, self._seed_each = base_seed, seed_each_batch
+        self._with_state = with_state  # (batch, the dataset's state_dict() after it)
 
     def __call__(self, item: tuple[int, Any]) -> Any:
         k, indices = item
@@ -255,7 +256,8 @@ class _Fetch:
         except Exception as exc:
             add_note(exc, f"chute.torch.DataLoader: raised by collate_fn for batch {k}.")
             raise
-        return _ship(batch) if self._ship else batch
+        batch = _ship(batch) if self._ship else batch
+        return (batch, dataset.state_dict()) if self._with_state else batch
 
     def __repr__(self) -> str:
         return f"fetch({type(self.dataset).__name__})"
@@ -269,51 +271,134 @@ def _shown(indices: Any) -> str:
 
 class _WorkerInit:
     """Sets up a worker as PyTorch does: one thread, seeds, ``get_worker_info()``, then
-    the user's ``worker_init_fn(worker_id)``."""
+    the user's ``worker_init_fn(worker_id)``; then, where ``loads`` holds one, the state
+    of its (Stateful) dataset."""
 
-    def __init__(self, dataset: Any, base_seed: int, user_fn: Callable[[int], None] | None):
+    def __init__(
+        self,
+        dataset: Any,
+        base_seed: int,
+        user_fn: Callable[[int], None] | None,
+        loads: list[Any] | None = None,
+        first_role: int = 0,
+    ) -> None:
         self.dataset, self._base_seed, self._user_fn = dataset, base_seed, user_fn
+        self._loads, self._first_role = loads, first_role
 
     def __call__(self, index: int, count: int) -> None:
         torch = _import_torch()
         from torch.utils.data._utils import worker as torch_worker
 
         torch.set_num_threads(1)
-        seed = self._base_seed + index
+        # Seeded as PyTorch seeds worker ``role``: the one whose batches this worker takes
+        # (itself, but after a resume at batch k, worker j takes role (k + j) % W's).
+        role = (self._first_role + index) % count
+        seed = self._base_seed + role
         random.seed(seed)
         torch.manual_seed(seed)
-        np.random.seed(torch_worker._generate_state(self._base_seed, index))
+        np.random.seed(torch_worker._generate_state(self._base_seed, role))
         torch_worker._worker_info = torch_worker.WorkerInfo(
             id=index, num_workers=count, seed=seed, dataset=self.dataset
         )
         if self._user_fn is not None:
             self._user_fn(index)
+        if self._loads is not None and self._loads[index] is not None:
+            self.dataset.load_state_dict(self._loads[index])
+
+
+def _stateful(obj: Any) -> bool:
+    """torchdata's ``Stateful``: an object with ``state_dict()`` and ``load_state_dict()``."""
+    return callable(getattr(obj, "state_dict", None)) and callable(
+        getattr(obj, "load_state_dict", None)
+    )
 
 
 class _StreamBatches:
-    """An iterable-style dataset's batches: ``(batch, samples)`` pairs, batched as PyTorch
-    batches them (``batch_size`` samples, the last one short unless ``drop_last``)."""
+    """How an iterable-style dataset is batched: ``batch_size`` samples a batch, the last
+    one short unless ``drop_last``, as PyTorch batches it.  Picklable (it goes to workers)."""
 
     def __init__(self, dataset: Any, collate_fn: Any, batch_size: int | None, drop_last: bool):
         self.dataset, self._collate = dataset, collate_fn
         self._batch_size, self._drop_last = batch_size, drop_last
 
-    def batches(self, skip: int = 0) -> Iterator[Any]:
-        """The batches, from batch ``skip`` on (the ones before are read, not collated)."""
-        samples = iter(self.dataset)
-        if self._batch_size is None:
-            for k, x in enumerate(samples):
-                if k >= skip:
-                    yield self._collate(x)
-            return
-        k = 0
-        while True:
-            chunk = list(itertools.islice(samples, self._batch_size))
-            if not chunk or (self._drop_last and len(chunk) < self._batch_size):
-                return
-            if k >= skip:
-                yield self._collate(chunk)
-            k += 1
+    def open(self, saved: dict[str, Any] | None = None) -> _StreamReader:
+        """A reader from the start, or from ``saved`` (a reader's ``state()``)."""
+        return _StreamReader(self, saved)
+
+
+class _StreamReader(Iterator[Any]):
+    """The batches of one pass over an iterable-style dataset.
+
+    Its state is the dataset's and its iterator's own ``state_dict()`` where
+    they have one (restored in torchdata's order: the dataset's, then
+    ``iter()``, then the iterator's), else the number of batches taken, which a
+    restore reads again without collating them.
+    """
+
+    def __init__(self, stream: _StreamBatches, saved: dict[str, Any] | None) -> None:
+        self._stream, dataset = stream, stream.dataset
+        self.taken, self._ended = 0, False
+        if saved is not None and saved.get("dataset") is not None and _stateful(dataset):
+            dataset.load_state_dict(saved["dataset"])
+        self._samples = iter(dataset)
+        own = saved is not None and (
+            saved.get("dataset") is not None or saved.get("iter") is not None
+        )
+        if saved is not None and saved.get("iter") is not None and _stateful(self._samples):
+            self._samples.load_state_dict(saved["iter"])
+        if saved is not None:
+            self.taken = int(saved["taken"])
+            if not own:
+                for _ in range(self.taken):  # neither has a state: read them again
+                    self._read()
+
+    def _read(self) -> Any:
+        """The next batch's samples (StopIteration at the end)."""
+        size = self._stream._batch_size
+        if size is None:
+            return next(self._samples)
+        chunk = []
+        for _ in range(size):  # next() each time: an iterator that is its own __iter__ rewinds
+            try:
+                chunk.append(next(self._samples))
+            except StopIteration:
+                break
+        if not chunk or (self._stream._drop_last and len(chunk) < size):
+            raise StopIteration
+        return chunk
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        try:
+            samples = self._read()
+        except StopIteration:
+            self._ended = True
+            raise
+        self.taken += 1
+        return self._stream._collate(samples)
+
+    def state(self) -> dict[str, Any]:
+        samples, dataset = self._samples, self._stream.dataset
+        return {
+            "taken": self.taken,
+            "iter": samples.state_dict() if _stateful(samples) else None,
+            "dataset": (
+                dataset.state_dict() if samples is not dataset and _stateful(dataset) else None
+            ),
+        }
+
+
+def _global_rngs() -> tuple[Any, Any, Any]:
+    torch = _import_torch()
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def _set_global_rngs(states: tuple[Any, Any, Any]) -> None:
+    torch = _import_torch()
+    random.setstate(states[0])
+    np.random.set_state(states[1])
+    torch.set_rng_state(states[2])
 
 
 class _StreamShares(IterDataset[Any]):
@@ -329,42 +414,53 @@ class _StreamShares(IterDataset[Any]):
 
 
 class _StreamSharesIterator(DatasetIterator[Any]):
+    """A worker's pass over its copy of the dataset; its state is its reader's."""
+
     _stage = "torch_iterable"
 
     def __init__(self, parent: DatasetIterator[int], stream: _StreamBatches, ship: bool) -> None:
         super().__init__(parent)
         self._stream, self._ship = stream, ship
-        self._batches: Iterator[Any] | None = None
+        self._reader: _StreamReader | None = None
         self._before = parent.get_state()
-        self._taken = 0
+        # The global generators as the worker started: a restore puts them back before it
+        # opens (and maybe reads again) the stream, which batches made ahead had moved on.
+        self._fresh_rngs = _global_rngs()
+        self._fresh_dataset = None
+        if _stateful(stream.dataset):
+            try:
+                self._fresh_dataset = stream.dataset.state_dict()
+            except Exception:  # its state exists only once iter() made it: nothing to put back
+                pass
 
     def __next__(self) -> Any:
         while True:
-            if self._batches is None:
+            if self._reader is None:
                 self._before = self._parent.get_state()
                 next(self._parent)
-                self._batches, self._taken = self._stream.batches(), 0
+                self._reader = self._stream.open()
             try:
-                batch = next(self._batches)
+                batch = next(self._reader)
             except StopIteration:
-                self._batches = None
+                self._reader = None
                 continue
-            self._taken += 1
             return _ship(batch) if self._ship else batch
 
     def get_state(self) -> dict[str, Any]:
-        if self._batches is None:
-            return {"parent": self._parent.get_state(), "taken": 0}
-        return {"parent": self._before, "taken": self._taken}
+        if self._reader is None:
+            return {"parent": self._parent.get_state(), "reader": None}
+        return {"parent": self._before, "reader": self._reader.state()}
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._parent.set_state(state["parent"])
-        self._batches, self._taken = None, 0
-        if state["taken"]:
+        self._reader = None
+        _set_global_rngs(self._fresh_rngs)
+        if self._fresh_dataset is not None:  # a dataset that is its own iterator moved too
+            self._stream.dataset.load_state_dict(self._fresh_dataset)
+        if state["reader"] is not None:
             self._before = self._parent.get_state()
             next(self._parent)
-            self._batches = self._stream.batches(skip=int(state["taken"]))
-            self._taken = int(state["taken"])
+            self._reader = self._stream.open(state["reader"])
 
 
 # -- the loader ------------------------------------------------------------------------------
@@ -480,7 +576,7 @@ class DataLoader:
         if persistent_workers and self.num_workers == 0:
             raise ValueError("DataLoader: persistent_workers option needs num_workers > 0.")
         if snapshot_every_n_steps is not None:
-            _check_count(snapshot_every_n_steps, "snapshot_every_n_steps", 1)
+            _check_count(snapshot_every_n_steps, "snapshot_every_n_steps", 0)
         if multiprocessing_context is not None and not (
             multiprocessing_context in ("fork", "spawn", "forkserver")
             or hasattr(multiprocessing_context, "Process")
@@ -627,15 +723,17 @@ class DataLoader:
                 sampler_state = loaded["sampler"]
         else:
             epoch, start, sampler_state = self._epoch + 1, 0, None
-        if self._root_seed is None:  # drawn as PyTorch draws its base seed
-            self._root_seed = int(
-                self._torch.empty((), dtype=self._torch.int64)
-                .random_(generator=self.generator)
-                .item()
-            )
+        self._draw_seed()
+        assert self._root_seed is not None
         self._epoch = epoch
         base_seed = self._root_seed if epoch == 0 else _derive(self._root_seed, "epoch", epoch)
-        self._iterator = _LoaderIterator(self, epoch, start, base_seed, sampler_state)
+        positions = None
+        if loaded is not None:
+            positions = loaded["positions"]
+            if epoch != loaded["epoch"]:  # a new epoch: only what the dataset itself holds
+                kept = positions.get("dataset") or (positions.get("stream") or {}).get("dataset")
+                positions = {"dataset": kept, "stream": {"taken": 0, "dataset": kept}}
+        self._iterator = _LoaderIterator(self, epoch, start, base_seed, sampler_state, positions)
         return self._iterator
 
     # -- state -------------------------------------------------------------------------
@@ -650,10 +748,32 @@ class DataLoader:
             return dict(self._loaded)
         if self._iterator is not None:
             return self._iterator.state()
-        return self._state(epoch=self._epoch, yielded=0, finished=True, sampler=None)
+        self._draw_seed()  # a state taken before iter() pins the order that iter() reads
+        positions = {"dataset": self.dataset.state_dict()} if _stateful(self.dataset) else {}
+        return self._state(
+            epoch=self._epoch, yielded=0, finished=True, sampler=None, positions=positions
+        )
 
-    def _state(self, *, epoch: int, yielded: int, finished: bool, sampler: Any) -> dict[str, Any]:
+    def _draw_seed(self) -> None:
+        """Draws the loader's seed, as PyTorch draws its base seed, unless it has one."""
+        if self._root_seed is None:
+            self._root_seed = int(
+                self._torch.empty((), dtype=self._torch.int64)
+                .random_(generator=self.generator)
+                .item()
+            )
+
+    def _state(
+        self,
+        *,
+        epoch: int,
+        yielded: int,
+        finished: bool,
+        sampler: Any,
+        positions: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         return {
+            "positions": positions or {},
             "kind": _STATE_KIND,
             "version": _STATE_VERSION,
             "dataset": self._kind,
@@ -708,6 +828,21 @@ class DataLoader:
                 "DataLoader.load_state_dict: an IterableDataset's state resumes only with "
                 f"the num_workers that saved it ({state_dict['num_workers']}; this loader "
                 f"has {self.num_workers}): each worker replays its own copy of the stream."
+            )
+        positions = state_dict.get("positions") or {}
+        kept = positions.get("roles") is not None or positions.get("dataset") is not None
+        if (
+            self._kind == "map"
+            and kept
+            and not state_dict["finished"]
+            and state_dict["num_workers"] != self.num_workers
+        ):
+            raise ValueError(
+                "DataLoader.load_state_dict: the dataset keeps a state of its own "
+                "(state_dict()/load_state_dict()), saved by each of the "
+                f"{state_dict['num_workers']} workers; this loader has {self.num_workers}. "
+                "Resume with the num_workers that saved it (a dataset without a state of its "
+                "own resumes into any num_workers)."
             )
         if self._iterator is not None:
             self._iterator.close()
@@ -808,7 +943,12 @@ def _sampler_state(source: Any, saved: Any, torch: Any, base_seed: int) -> dict[
 
 
 class _LoaderIterator:
-    """One epoch of a ``chute.torch.DataLoader``."""
+    """One epoch of a ``chute.torch.DataLoader``.
+
+    ``saved`` is the ``"positions"`` part of a loaded state: where the
+    dataset's own state (``state_dict()`` of a torchdata ``Stateful``
+    dataset or iterator) and an iterable's streams stood.
+    """
 
     def __init__(
         self,
@@ -817,6 +957,7 @@ class _LoaderIterator:
         start: int,
         base_seed: int,
         sampler_state: Any,
+        saved: dict[str, Any] | None,
     ) -> None:
         self._loader, self._epoch, self._yielded = loader, epoch, start
         self._finished, self._closed = False, False
@@ -830,39 +971,53 @@ class _LoaderIterator:
                 stacklevel=3,
             )
         workers = loader.num_workers
+        saved = saved or {}
         self._sampler_state = None
-        self._len: int | None = None
         self._local: Iterator[Any] = iter(())
+        self._stream: _StreamReader | None = None
         self._chute_it: Any = None
-        self._reader: Any = None
+        self._timed: _TimedReader | None = None
+        dataset = loader.dataset
+        # A Stateful map-style dataset: its state after the last batch of each worker's role
+        # (batch k is role k % W's), or, in process, the dataset's own.
+        self._roles: list[Any] | None = None
         if loader._kind == "map":
             batches, self._sampler_state = loader._plan(base_seed, sampler_state)
-            self._len = len(batches)
+            stateful = _stateful(dataset)
             fetch = _Fetch(
-                loader.dataset,
+                dataset,
                 loader.collate_fn,
                 loader._auto_collation,
                 ship=workers > 0,
                 base_seed=base_seed,
                 seed_each_batch=loader.seed_each_batch,
+                with_state=stateful and workers > 0,
             )
             if workers == 0:
+                if stateful and saved.get("dataset") is not None:
+                    dataset.load_state_dict(saved["dataset"])
                 self._local = _LocalBatches(fetch, batches, start)
             else:
+                loads = None
+                if stateful:
+                    roles = saved.get("roles")
+                    self._roles = list(roles) if roles is not None else [None] * workers
+                    # New worker j takes batches start + j, start + j + W, ...: role
+                    # (start + j) % W, whose dataset state it loads.
+                    loads = [self._roles[(start + j) % workers] for j in range(workers)]
                 source = MapDataset.source(batches)[start:].map(fetch)
                 pipeline = source.to_iter_dataset(ReadOptions(num_threads=0)).mp_prefetch(
                     MultiprocessingOptions(workers, per_worker_buffer_size=loader.prefetch_factor),
-                    worker_init_fn=_WorkerInit(fetch.dataset, base_seed, loader.worker_init_fn),
+                    worker_init_fn=_WorkerInit(
+                        fetch.dataset, base_seed, loader.worker_init_fn, loads, start % workers
+                    ),
                 )
-                with processes.starting(loader._start_policy):
-                    self._chute_it = iter(pipeline)
+                self._chute_it = self._started(pipeline)
         else:
-            self._len = loader._len_or_none()
-            stream = _StreamBatches(
-                loader.dataset, loader.collate_fn, loader.batch_size, loader.drop_last
-            )
+            stream = _StreamBatches(dataset, loader.collate_fn, loader.batch_size, loader.drop_last)
             if workers == 0:
-                self._local = stream.batches(skip=start)
+                self._stream = stream.open(saved.get("stream"))
+                self._local = self._stream
             else:
                 shares = _StreamShares(
                     MapDataset.range(workers).to_iter_dataset(ReadOptions(num_threads=0)),
@@ -873,12 +1028,27 @@ class _LoaderIterator:
                     MultiprocessingOptions(workers, per_worker_buffer_size=loader.prefetch_factor),
                     worker_init_fn=_WorkerInit(stream.dataset, base_seed, loader.worker_init_fn),
                 )
-                with processes.starting(loader._start_policy):
-                    self._chute_it = iter(pipeline)
-                for _ in range(start):  # replays the workers' streams up to the state
-                    next(self._chute_it)
+                self._chute_it = self._started(pipeline, saved.get("pipeline"))
         if loader.timeout > 0 and self._chute_it is not None:
-            self._reader = _TimedReader(self._chute_it, loader.timeout)
+            self._timed = _TimedReader(self._chute_it, loader.timeout)
+
+    def _started(self, pipeline: IterDataset[Any], state: Any = None) -> Any:
+        """The workers' iterator, once every worker has started (at ``state``): an error in
+        ``worker_init_fn`` or in loading the dataset is raised here, as itself."""
+        with processes.starting(self._loader._start_policy):
+            it = iter(pipeline)
+        try:
+            if state is not None:
+                it.set_state(state)
+            else:
+                it.get_state()  # waits for every worker's first message
+        except WorkerDiedError as exc:
+            it.close()
+            raise _as_pytorch_raises(exc) from None
+        except BaseException:
+            it.close()
+            raise
+        return it
 
     def __iter__(self) -> _LoaderIterator:
         return self
@@ -895,27 +1065,42 @@ class _LoaderIterator:
         try:
             if self._chute_it is None:
                 batch = next(self._local)
+                if self._pin:
+                    batch = _unship(batch, self._torch, True)
             else:
-                raw = self._reader.next() if self._reader is not None else next(self._chute_it)
+                raw = self._timed.next() if self._timed is not None else next(self._chute_it)
+                if self._roles is not None:
+                    raw, self._roles[self._yielded % len(self._roles)] = raw
                 batch = _unship(raw, self._torch, self._pin)
         except StopIteration:
             self._finished = True
             self.close()
             raise
+        except WorkerDiedError as exc:
+            self._yielded += 1
+            raise _as_pytorch_raises(exc) from None
         except Exception:
             self._yielded += 1  # the failed batch is used up, as in PyTorch: next() goes on
             raise
-        if self._chute_it is None and self._pin:
-            batch = _unship(batch, self._torch, True)
         self._yielded += 1
         return batch
 
     def state(self) -> dict[str, Any]:
+        positions: dict[str, Any] = {}
+        if self._roles is not None:
+            positions["roles"] = list(self._roles)
+        elif self._loader._kind == "map" and _stateful(self._loader.dataset):
+            positions["dataset"] = self._loader.dataset.state_dict()
+        if self._stream is not None:
+            positions["stream"] = self._stream.state()
+        elif self._chute_it is not None and self._loader._kind == "iterable":
+            positions["pipeline"] = self._chute_it.get_state()
         return self._loader._state(
             epoch=self._epoch,
             yielded=self._yielded,
             finished=self._finished,
             sampler=self._sampler_state,
+            positions=positions,
         )
 
     def close(self) -> None:
@@ -923,8 +1108,8 @@ class _LoaderIterator:
         if self._closed:
             return
         self._closed = True
-        if self._reader is not None:
-            self._reader.close()
+        if self._timed is not None:
+            self._timed.close()
         if self._chute_it is not None:
             self._chute_it.close()
 
@@ -933,6 +1118,13 @@ class _LoaderIterator:
             self.close()
         except Exception:
             pass
+
+
+def _as_pytorch_raises(exc: WorkerDiedError) -> BaseException:
+    """A worker that could not start raises its own error (``worker_init_fn``'s, say), as
+    PyTorch's loader does; a worker that died stays a ``WorkerDiedError``."""
+    inner = getattr(exc, "worker_exception", None)
+    return inner if inner is not None else exc
 
 
 class _LocalBatches(Iterator[Any]):
