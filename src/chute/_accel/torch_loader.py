@@ -25,6 +25,7 @@ and needs the same ``num_workers``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -88,7 +89,11 @@ class GlobalShuffleSampler:
 
     def __iter__(self) -> Iterator[int]:
         order = self.order()
-        return (int(order[i] or 0) for i in range(len(order)))
+        step = 4096
+        for start in range(0, len(order), step):
+            yield from (
+                int(i) for i in order._getitems(range(start, min(start + step, len(order))))
+            )
 
     def __repr__(self) -> str:
         return f"GlobalShuffleSampler(n={self.n}, seed={self.seed})"
@@ -164,7 +169,7 @@ class _EpochBatches(Sequence[Any]):
             return k, int(order[k] or 0)
         start = k * self._batch_size
         stop = min(start + self._batch_size, len(order))
-        return k, [int(order[i] or 0) for i in range(start, stop)]
+        return k, [int(i) for i in order._getitems(range(start, stop))]  # one batched read
 
 
 # -- what runs in the workers --------------------------------------------------------------
@@ -232,6 +237,10 @@ class _Fetch:
         self._auto, self._ship = auto_collation, ship
         self._base_seed, self._seed_each = base_seed, seed_each_batch
         self._with_state = with_state  # (batch, the dataset's state_dict() after it)
+        # PyTorch's default collate builds a worker's batch in torch's shared memory (a new
+        # segment a batch); chute's transport copies it into its own anyway, so it collates
+        # in ordinary memory.
+        self._private_collate = ship and _is_default_collate(collate_fn)
 
     def __call__(self, item: tuple[int, Any]) -> Any:
         k, indices = item
@@ -252,7 +261,11 @@ class _Fetch:
             )
             raise
         try:
-            batch = self._collate(data)
+            if self._private_collate:
+                with _no_worker_info():
+                    batch = self._collate(data)
+            else:
+                batch = self._collate(data)
         except Exception as exc:
             add_note(exc, f"chute.torch.DataLoader: raised by collate_fn for batch {k}.")
             raise
@@ -267,6 +280,23 @@ def _shown(indices: Any) -> str:
     if isinstance(indices, list) and len(indices) > 8:
         return f"[{', '.join(map(str, indices[:8]))}, ... {len(indices)} in all]"
     return repr(indices)
+
+
+def _is_default_collate(fn: Any) -> bool:
+    utils = _import_torch().utils.data._utils.collate
+    return fn is utils.default_collate or fn is utils.default_convert
+
+
+@contextlib.contextmanager
+def _no_worker_info() -> Iterator[None]:
+    """``get_worker_info()`` is None inside (PyTorch's collate then uses ordinary memory)."""
+    from torch.utils.data._utils import worker as torch_worker
+
+    info, torch_worker._worker_info = torch_worker._worker_info, None
+    try:
+        yield
+    finally:
+        torch_worker._worker_info = info
 
 
 class _WorkerInit:
