@@ -671,3 +671,71 @@ def test_an_error_in_worker_init_fn_raises_itself_at_iter() -> None:
 
 def test_snapshot_every_n_steps_takes_zero_as_torchdata_does() -> None:
     assert len(list(DataLoader(Squares(8), batch_size=4, snapshot_every_n_steps=0))) == 2
+
+
+# -- big lists reach the workers packed (pack_lists) ---------------------------------------
+
+
+class Catalog(tdata.Dataset):  # type: ignore[misc]
+    """A dataset holding a Python list of 60,000 small records, and a short one."""
+
+    def __init__(self) -> None:
+        self.records = [(i, f"r{i}", {"w": i * 0.5}) for i in range(60_000)]
+        self.labels = ["a", "b"]
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        info = tdata.get_worker_info()
+        seen = info.dataset if info is not None else self
+        return {
+            "record": self.records[i][0],
+            "packed": type(seen.records).__name__ != "list",
+            "short_list": type(seen.labels).__name__ == "list",
+        }
+
+
+@pytest.mark.parametrize("pack", [True, False])
+def test_a_big_list_reaches_the_workers_packed_and_reads_the_same(pack: bool) -> None:
+    dataset = Catalog()
+    loader = DataLoader(
+        dataset, batch_size=1000, shuffle=True, num_workers=2, pack_lists=pack, generator=_gen()
+    )
+    got = list(loader)
+    assert sorted(i for b in got for i in b["record"].tolist()) == list(range(60_000))
+    assert {bool(x) for b in got for x in b["packed"]} == {pack}
+    assert all(bool(x) for b in got for x in b["short_list"])  # short lists go as they are
+    assert type(dataset.records) is list  # the user's dataset is not changed
+
+
+def test_a_packed_list_reads_elements_slices_and_negative_indices() -> None:
+    from chute._accel.torch_loader import _PackedList
+
+    items = [(i, {"k": [i]}) for i in range(5)]
+    packed = _PackedList(items)
+    assert [packed[i] for i in range(5)] == items and packed[-1] == items[-1]
+    assert packed[1:4] == items[1:4] and len(packed) == 5
+    with pytest.raises(IndexError):
+        packed[5]
+    assert packed.holds(items) and not packed.holds(list(items))
+
+
+def test_a_list_replaced_between_epochs_is_packed_again() -> None:
+    dataset = Catalog()
+    loader = DataLoader(dataset, batch_size=5000, num_workers=1, generator=_gen())
+    assert _flat([b["record"].tolist() for b in loader])[:2] == [0, 1]
+    dataset.records = [(i + 7, "x", {}) for i in range(60_000)]
+    assert _flat([b["record"].tolist() for b in loader])[:2] == [7, 8]
+
+
+class Odd:
+    pass
+
+
+def test_a_list_of_other_objects_is_not_packed() -> None:
+    from chute._accel.torch_loader import _packable
+
+    assert not _packable([Odd()] * 60_000)
+    assert not _packable(list(range(100)))
+    assert _packable(list(range(60_000)))
