@@ -31,7 +31,10 @@ Three parts, each loader built the way a PyTorch user builds it, with
    less start.  By default both libraries fork their workers from this process, whose
    pages (the list's included) they share until written; the rows ``forkserver`` pass
    ``multiprocessing_context="forkserver"``, through which the dataset travels pickled
-   and each worker holds its own copy.
+   and each worker holds its own copy.  chute packs the list by default
+   (``pack_lists=True``: its elements as pickles in one NumPy buffer, made in this
+   process at ``iter()``, which the workers read without writing to shared pages);
+   ``chute, pack_lists=False`` hands the list over as it is, as PyTorch does.
 3. **state_dict() every step.** The JPEG loader's epoch, its loop calling
    ``loader.state_dict()`` after every batch or not: chute, and ``StatefulDataLoader``
    with ``snapshot_every_n_steps=1`` (and, as its baseline, with snapshots every 10**9
@@ -159,13 +162,16 @@ def torchdata_loader(dataset: Any, batch_size: int, snapshot_every_n_steps: int 
     )
 
 
-def chute_loader(dataset: Any, batch_size: int, context: str | None = None) -> Any:
+def chute_loader(
+    dataset: Any, batch_size: int, context: str | None = None, pack_lists: bool = True
+) -> Any:
     return chute.torch.DataLoader(
         dataset,
         batch_size=batch_size,
         shuffle=True,
         num_workers=WORKERS,
         multiprocessing_context=context,
+        pack_lists=pack_lists,
     )
 
 
@@ -415,6 +421,7 @@ def memory() -> dict[str, Any]:
         ("torch", lambda: torch_loader(dataset, OBJ_BATCH)),
         ("torchdata", lambda: torchdata_loader(dataset, OBJ_BATCH)),
         ("chute", lambda: chute_loader(dataset, OBJ_BATCH)),
+        ("chute, pack_lists=False", lambda: chute_loader(dataset, OBJ_BATCH, pack_lists=False)),
         ("torch, forkserver", lambda: torch_loader(dataset, OBJ_BATCH, "forkserver")),
         ("chute, forkserver", lambda: chute_loader(dataset, OBJ_BATCH, "forkserver")),
     ]

@@ -739,3 +739,44 @@ def test_a_list_of_other_objects_is_not_packed() -> None:
     assert not _packable([Odd()] * 60_000)
     assert not _packable(list(range(100)))
     assert _packable(list(range(60_000)))
+
+
+class Images(tdata.Dataset):  # type: ignore[misc]
+    """Large tensors and arrays (stacked straight into chute's shared memory in workers),
+    with a bfloat16 tensor numpy cannot view and a short list."""
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {
+            "pixels": torch.full((3, 64, 64), i, dtype=torch.uint8),
+            "depth": np.full((64, 64), i * 0.5, dtype=np.float32),
+            "half": torch.full((4,), float(i), dtype=torch.bfloat16),
+            "pair": (i, [i, -i]),
+        }
+
+
+def test_large_tensors_cross_from_workers_as_pytorch_collates_them() -> None:
+    ours = list(DataLoader(Images(), batch_size=5, num_workers=2))
+    theirs = list(tdata.DataLoader(Images(), batch_size=5, num_workers=2))
+    assert len(ours) == len(theirs) == 3
+    for a, b in zip(ours, theirs):
+        for key in ("pixels", "depth", "half"):
+            assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key])
+        assert torch.equal(a["pair"][0], b["pair"][0])
+        assert all(torch.equal(x, y) for x, y in zip(a["pair"][1], b["pair"][1]))
+    ours[0]["pixels"][0, 0, 0, 0] = 7  # the batch is the caller's to change
+
+
+class Ragged(tdata.Dataset):  # type: ignore[misc]
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> Any:
+        return torch.zeros((100, 100 + i), dtype=torch.uint8)
+
+
+def test_tensors_of_different_shapes_raise_pytorchs_error_from_the_worker() -> None:
+    with pytest.raises(RuntimeError, match="stack expects each tensor to be equal size"):
+        list(DataLoader(Ragged(), batch_size=2, num_workers=2))

@@ -296,8 +296,18 @@ class _Fetch:
         self._with_state = with_state  # (batch, the dataset's state_dict() after it)
         # PyTorch's default collate builds a worker's batch in torch's shared memory (a new
         # segment a batch); chute's transport copies it into its own anyway, so it collates
-        # in ordinary memory.
+        # in ordinary memory, or (``stacked_by``) stacks tensors into the transport's slots.
         self._private_collate = ship and _is_default_collate(collate_fn)
+        self._leaves_fn: Callable[[list[Any]], Any] | None = None
+
+    def stacked_by(self, leaves_fn: Callable[[list[Any]], Any]) -> _Fetch:
+        """This fetch, its default collate stacking large tensors with ``leaves_fn`` (in a
+        worker: straight into the shared memory the batch crosses in, with no copy)."""
+        if not self._private_collate or self._collate is not _default_collate():
+            return self
+        twin = copy.copy(self)
+        twin._leaves_fn = leaves_fn
+        return twin
 
     def __call__(self, item: tuple[int, Any]) -> Any:
         k, indices = item
@@ -318,7 +328,9 @@ class _Fetch:
             )
             raise
         try:
-            if self._private_collate:
+            if self._leaves_fn is not None:
+                batch = _collate_into(data, self._leaves_fn)
+            elif self._private_collate:
                 with _no_worker_info():
                     batch = self._collate(data)
             else:
@@ -337,6 +349,36 @@ def _shown(indices: Any) -> str:
     if isinstance(indices, list) and len(indices) > 8:
         return f"[{', '.join(map(str, indices[:8]))}, ... {len(indices)} in all]"
     return repr(indices)
+
+
+def _default_collate() -> Any:
+    return _import_torch().utils.data._utils.collate.default_collate
+
+
+def _collate_into(data: Any, leaves_fn: Callable[[list[Any]], Any]) -> Any:
+    """PyTorch's ``default_collate`` of ``data``, but tensors of one shape and dtype that
+    numpy can view are stacked by ``leaves_fn`` (into a transport slot) and come out as
+    ``_TensorData``; the rest as ``default_collate`` makes them, in ordinary memory."""
+    torch = _import_torch()
+    collate = torch.utils.data._utils.collate
+
+    def tensors(batch: list[Any], *, collate_fn_map: Any = None) -> Any:
+        first = batch[0]
+        if first.device.type == "cpu" and first.layout == torch.strided:
+            try:
+                arrays = [t.detach().numpy() for t in batch]
+            except (TypeError, RuntimeError):  # bfloat16 and other dtypes numpy lacks
+                arrays = None
+            if arrays is not None and all(
+                a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays
+            ):
+                return _TensorData(leaves_fn(arrays))
+        return collate.collate_tensor_fn(batch, collate_fn_map=collate_fn_map)
+
+    table = dict(collate.default_collate_fn_map)
+    table[torch.Tensor] = tensors
+    with _no_worker_info():
+        return collate.collate(data, collate_fn_map=table)
 
 
 def _is_default_collate(fn: Any) -> bool:

@@ -18,6 +18,7 @@ from chute._core.validate import check_callable, check_positive_int, grain_first
 from chute._stages._origin import function_name
 from chute._stages._pull_log import PullLog
 from chute._stages.capabilities import WrapsFunction
+from chute._stages.map import MapMapDataset
 from chute._stages.next_index import get_next_index, set_next_index
 
 
@@ -296,7 +297,11 @@ def leaves_stacked_by(dataset: Any, leaves_fn: Callable[[list[Any]], Any]) -> An
     it is made; and ``MapDataset...batch(n).to_iter_dataset()`` (through slices, such
     as a worker's share), whose reads make one or more batches at a time, in index
     order, and hand out the first of each read next: only that one is routed through
-    ``leaves_fn``.  Any other last stage, or a user's ``batch_fn``, is left as it is.
+    ``leaves_fn``.  A ``MapDataset.map(fn)`` there whose ``fn`` makes batches itself and
+    has ``fn.stacked_by(leaves_fn)`` (a copy of ``fn`` combining its leaves with
+    ``leaves_fn``) gets that copy: a read of several elements sends the first without
+    a copy and the others with one, as a reserved slot not sent next holds a copy.
+    Any other last stage, or a user's ``batch_fn``, is left as it is.
     """
     if isinstance(dataset, BatchIterDataset) and dataset._batch_fn is tree.stack:
         copied = copy.copy(dataset)
@@ -325,4 +330,9 @@ def _map_batches_stacked_by(ds: MapDataset[Any], leaves_fn: Callable[[list[Any]]
         batched = copy.copy(ds)
         batched._first_batch_fn = functools.partial(tree.stack, leaves_fn=leaves_fn)
         return batched
+    stacked_by = getattr(getattr(ds, "_fn", None), "stacked_by", None)
+    if isinstance(ds, MapMapDataset) and callable(stacked_by):  # a map that batches itself
+        mapped = copy.copy(ds)
+        mapped._fn = stacked_by(leaves_fn)
+        return mapped
     return None
