@@ -13,14 +13,23 @@ them in turn.
 The state is ``(seed, epoch, batches yielded, finished)`` plus what an explicit
 sampler needs to repeat its epoch, so it is a few numbers, costs microseconds,
 and restores into any number of workers: the resumed epoch is the same plan
-read from batch ``yielded`` on.
+read from batch ``yielded`` on.  A dataset with a state of its own (torchdata's
+``Stateful``: ``state_dict()``/``load_state_dict()``) adds it: in process, the
+dataset's; with workers, the one after the last batch of each worker's role
+(batch ``k`` is role ``k % W``'s), which a resume at batch ``y`` hands to new
+worker ``j`` as role ``(y + j) % W`` (then with the same ``num_workers``).
 
 Iterable-style datasets run as PyTorch runs them: each worker iterates its own
 copy (shard it with ``get_worker_info()``), batches its own elements, and the
 parent takes the workers' batches in turn, skipping workers that ended.  Their
-state is how many batches each worker had delivered; a restore replays the
-workers' streams up to there (the dataset must yield the same elements again),
-and needs the same ``num_workers``.
+state is, per worker, the dataset's and its iterator's own states where they
+have them, else how many batches the worker delivered, which a restore reads
+again (the dataset must yield the same elements again); it needs the same
+``num_workers``.
+
+Big lists of plain records in a map-style dataset reach the workers packed
+(``_PackedList``), so forked workers do not copy their pages by reading them.
+One iterator at a time: a new ``iter()`` stops the previous one's workers.
 """
 
 from __future__ import annotations
