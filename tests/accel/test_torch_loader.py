@@ -12,11 +12,14 @@ import numpy as np
 import pytest
 
 import chute
-from chute._execution import processes
 from chute.torch import DataLoader, GlobalShuffleSampler
 
 torch = pytest.importorskip("torch")
 from torch.utils import data as tdata  # noqa: E402
+
+# PyTorch's own DataLoader, run beside chute's as the reference, forks its workers even
+# when an earlier test started JAX in this process, and JAX warns at every fork.
+pytestmark = pytest.mark.filterwarnings(r"ignore:os.fork\(\) was called:RuntimeWarning")
 
 
 class Squares(tdata.Dataset):  # type: ignore[misc]
@@ -416,22 +419,52 @@ class Unpicklable(Squares):
         self.lock = threading.Lock()
 
 
-def test_a_dataset_holding_a_lock_works_with_forked_workers_beside_a_thread() -> None:
+_LOCK_SCRIPT = """
+import threading
+import torch
+from chute.torch import DataLoader
+
+
+class Locked(torch.utils.data.Dataset):
+    def __init__(self):
+        self.lock = threading.Lock()  # cannot be pickled: only forked workers can have it
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        with self.lock:
+            return i
+
+
+stop = threading.Event()
+beside = threading.Thread(target=stop.wait)
+beside.start()
+try:
+    print([b.tolist() for b in DataLoader(Locked(), batch_size=4, num_workers=2)])
+finally:
+    stop.set()
+    beside.join()
+"""
+
+
+def test_a_dataset_holding_a_lock_works_with_forked_workers_beside_a_thread(
+    tmp_path: Any,
+) -> None:
     # PyTorch forks its workers on Linux, also beside other threads, so datasets holding
     # locks or open files work; chute.torch.DataLoader forks them too, unless the child
-    # would break (JAX's runtime initialised in this process, say).
-    reason = processes.fork_unsafe_reason(as_pytorch_forks=True)
-    if reason is not None:
-        pytest.skip(f"this process cannot fork: {reason}")
-    stop = threading.Event()
-    beside = threading.Thread(target=stop.wait)
-    beside.start()
-    try:
-        got = _ids(list(DataLoader(Unpicklable(), batch_size=4, num_workers=2)))
-    finally:
-        stop.set()
-        beside.join()
-    assert got == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    # would break (JAX's runtime initialised in the process, say: so this runs in a fresh
+    # interpreter, whatever this test process has started).
+    import subprocess
+    import sys
+
+    script = tmp_path / "locked.py"
+    script.write_text(_LOCK_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[[0, 1, 2, 3], [4, 5, 6, 7]]"
 
 
 @pytest.mark.parametrize("context", ["spawn", "forkserver"])
