@@ -55,7 +55,7 @@ from chute._core.errors import WorkerDiedError, add_note
 from chute._core.options import MultiprocessingOptions, ReadOptions
 from chute._core.sharding import ShardOptions, even_split
 from chute._core.tree import map_structure
-from chute._execution import processes
+from chute._execution import processes, worker_seeds
 
 __all__ = ["DataLoader", "GlobalShuffleSampler", "ShardByRank"]
 
@@ -258,14 +258,21 @@ def _ship(batch: Any) -> Any:
     torch = _import_torch()
 
     def leaf(x: Any) -> Any:
-        if isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.layout == torch.strided:
-            try:
-                return _TensorData(x.detach().numpy())
-            except (TypeError, RuntimeError):  # a dtype numpy lacks (bfloat16): pickled whole
-                return x
-        return x
+        view = _numpy_view(x, torch) if isinstance(x, torch.Tensor) else None
+        return x if view is None else _TensorData(view)  # others are pickled whole
 
     return map_structure(leaf, batch)
+
+
+def _numpy_view(tensor: Any, torch: Any) -> np.ndarray | None:
+    """The tensor's data as a NumPy array without a copy; None for a tensor that is not
+    dense on the CPU, or of a dtype NumPy lacks (bfloat16)."""
+    if tensor.device.type != "cpu" or tensor.layout != torch.strided:
+        return None
+    try:
+        return np.asarray(tensor.detach().numpy())
+    except (TypeError, RuntimeError):
+        return None
 
 
 def _unship(batch: Any, torch: Any, pin: bool) -> Any:
@@ -277,13 +284,6 @@ def _unship(batch: Any, torch: Any, pin: bool) -> Any:
         return x
 
     return map_structure(leaf, batch)
-
-
-def _seed_everything(seed: int) -> None:
-    torch = _import_torch()
-    random.seed(seed)
-    torch.manual_seed(seed)
-    np.random.seed(np.random.SeedSequence(seed).generate_state(4))
 
 
 class _Fetch:
@@ -321,7 +321,7 @@ class _Fetch:
     def __call__(self, item: tuple[int, Any]) -> Any:
         k, indices = item
         if self._seed_each:
-            _seed_everything(_derive(self._base_seed, "batch", k))
+            worker_seeds.seed_globals(_derive(self._base_seed, "batch", k))
         dataset = self.dataset
         try:
             if self._auto:
@@ -372,16 +372,12 @@ def _collate_into(data: Any, leaves_fn: Callable[[list[Any]], Any]) -> Any:
     collate = torch.utils.data._utils.collate
 
     def tensors(batch: list[Any], *, collate_fn_map: Any = None) -> Any:
-        first = batch[0]
-        if first.device.type == "cpu" and first.layout == torch.strided:
-            try:
-                arrays = [t.detach().numpy() for t in batch]
-            except (TypeError, RuntimeError):  # bfloat16 and other dtypes numpy lacks
-                arrays = None
-            if arrays is not None and all(
-                a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays
-            ):
-                return _TensorData(leaves_fn(arrays))
+        views = [_numpy_view(t, torch) for t in batch]
+        arrays = [a for a in views if a is not None]
+        if len(arrays) == len(batch) and all(
+            a.shape == arrays[0].shape and a.dtype == arrays[0].dtype for a in arrays
+        ):
+            return _TensorData(leaves_fn(arrays))
         return collate.collate_tensor_fn(batch, collate_fn_map=collate_fn_map)
 
     table = dict(collate.default_collate_fn_map)
