@@ -471,20 +471,16 @@ class _StreamReader(Iterator[Any]):
 
     def __init__(self, stream: _StreamBatches, saved: dict[str, Any] | None) -> None:
         self._stream, dataset = stream, stream.dataset
-        self.taken, self._ended = 0, False
-        if saved is not None and saved.get("dataset") is not None and _stateful(dataset):
+        saved = saved or {}
+        self.taken, self._ended = int(saved.get("taken", 0)), False
+        if saved.get("dataset") is not None and _stateful(dataset):
             dataset.load_state_dict(saved["dataset"])
         self._samples = iter(dataset)
-        own = saved is not None and (
-            saved.get("dataset") is not None or saved.get("iter") is not None
-        )
-        if saved is not None and saved.get("iter") is not None and _stateful(self._samples):
+        if saved.get("iter") is not None and _stateful(self._samples):
             self._samples.load_state_dict(saved["iter"])
-        if saved is not None:
-            self.taken = int(saved["taken"])
-            if not own:
-                for _ in range(self.taken):  # neither has a state: read them again
-                    self._read()
+        if saved.get("dataset") is None and saved.get("iter") is None:
+            for _ in range(self.taken):  # neither has a state: read them again
+                self._read()
 
     def _read(self) -> Any:
         """The next batch's samples (StopIteration at the end)."""
