@@ -29,7 +29,8 @@ bucket meanwhile; later opens of the same version, and open files at their next 
 group, read the copy as a local file.
 
 **Records.**  Rows are converted as Grain converts them: each column of a row
-group becomes a NumPy array (``pyarrow.ChunkedArray.to_numpy()``) and a row is
+group becomes a NumPy array (``pyarrow.ChunkedArray.to_numpy()``'s result, built by
+``chute._sources.parquet.columns`` without importing pandas where it can) and a row is
 the dict of its values, column name to value: NumPy scalars for numbers,
 dates and times, ``str`` and ``bytes``, NumPy arrays for lists, dicts for
 structs, ``None`` for nulls (``nan``/``NaT`` in number and time columns that
@@ -58,6 +59,7 @@ from chute._remote.shard_cache import CopySource, ShardCache, open_through
 from chute._remote.urls import is_remote_url, url_scheme
 from chute._sources.cached_files import whole_copy
 from chute._sources.parquet import checks as parquet_checks
+from chute._sources.parquet import columns as parquet_columns
 
 
 def pyarrow_parquet() -> ModuleType:
@@ -280,7 +282,7 @@ def read_group(
         if file is not None:
             file.prefetch(group_ranges(pf.metadata.row_group(group), columns))
         table = pf.read_row_group(group, columns=None if columns is None else list(columns))
-        converted = [column.to_numpy() for column in table.columns]
+        converted = [parquet_columns.to_numpy(column) for column in table.columns]
     except (OSError, ValueError, ArrowException) as exc:
         message = f"{owner}: cannot read row group {group} of {path!r}: {exc}"
         if parquet_checks.is_checksum_error(exc):
