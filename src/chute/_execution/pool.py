@@ -150,8 +150,17 @@ class WorkerPool(RoundRobinIterator):
         otherwise they stop and new ones start at the saved states.
         """
         if in_place and stream == self._stream and len(states) == len(self._parents):
-            for worker, state in zip(self._parents, states):
-                worker.set_state(state)
+            workers = self._parents
+            anew = [isinstance(w, Worker) and w.may_start_anew() for w in workers]
+            _begin_stop([w for w, a in zip(workers, anew) if a])  # they stop together
+            for worker, state, a in zip(workers, states, anew):
+                if a:
+                    worker.start_anew(state)  # type: ignore[attr-defined]
+            for worker, state, a in zip(workers, states, anew):
+                if a:
+                    worker.confirm_start()  # type: ignore[attr-defined]
+                else:
+                    worker.set_state(state)
         else:
             self._replace(stream, states)
         self._turn, self._exhausted = int(turn), [bool(x) for x in exhausted]

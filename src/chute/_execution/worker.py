@@ -12,7 +12,10 @@ holds what does not depend on where the worker runs:
   delivered when ``restart`` is on (``MAX_RESTARTS`` times in a row at most);
 * ``get_state()`` is the state right after the last element delivered;
 * ``set_state()`` moves the live worker; a state its pipeline refuses moves it
-  back where it was, and the pipeline's error is raised;
+  back where it was, and the pipeline's error is raised.  A worker that has delivered
+  nothing since it started (a restore right after ``iter()``) and is cheap to start
+  (``_starts_cheaply``: a forked process) is started again at the state instead: a move
+  waits for the elements it is making from its old start, which nobody wants;
 * ``ready()``, ``buffer_size`` and ``grant()`` let the pool size its buffer;
   ``begin_stop()`` then ``close()`` stop a pool's workers in parallel.
 
@@ -45,6 +48,8 @@ class Worker(DatasetIterator[Any]):
         self._restart, self._restarts = restart, 0
         self._state_now: dict[str, Any] | None = None  # after the last element delivered
         self._launched_with: dict[str, Any] | None = None  # where the worker last started
+        self._fallback: dict[str, Any] | None = None  # where start_anew found it started
+        self._fresh = False  # started and delivered nothing since, nor moved
         self._ended = False
 
     @property
@@ -93,6 +98,11 @@ class Worker(DatasetIterator[Any]):
         """False when the worker is known dead before ``set_state()`` moves it."""
         return True
 
+    def _starts_cheaply(self) -> bool:
+        """Whether starting the worker again costs less than the elements it makes ahead
+        (a forked process: yes; a Ray actor: no)."""
+        return False
+
     def _where(self) -> str | None:
         """The node the worker runs on, for the notes of its errors (None: this host)."""
         return None
@@ -132,6 +142,7 @@ class Worker(DatasetIterator[Any]):
     def _start(self, state: dict[str, Any] | None) -> None:
         """Starts the worker at ``state``; nothing delivered yet."""
         self._launched_with, self._state_now, self._ended = state, None, False
+        self._fresh = True
         self._launch(state)
 
     def __next__(self) -> Any:
@@ -141,6 +152,7 @@ class Worker(DatasetIterator[Any]):
             raise StopIteration
         try:
             kind, value, state = self._receive()
+            self._fresh = False
         except WorkerDiedError as exc:
             if not self._may_restart(exc):
                 raise
@@ -171,15 +183,21 @@ class Worker(DatasetIterator[Any]):
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Moves the worker to ``state``; a live worker is reused, not restarted."""
+        """Moves the worker to ``state``; a live worker is reused, not restarted, unless it
+        has delivered nothing yet and starts cheaply (``may_start_anew``)."""
         if self._closed:
             raise closed_error(type(self).__name__)
         if not self._alive():
             self._stop_now()
             self._start(state)
             return
+        if self.may_start_anew():
+            self.start_anew(state)
+            self.confirm_start()
+            return
         try:
             before, ended = self.get_state(), self._ended
+            self._fresh = False
             refused = self._move_to(state)
             stuck = refused is not None and self._move_to(before) is not None
             if refused is not None:  # the pipeline refused it: back where it was
@@ -192,6 +210,36 @@ class Worker(DatasetIterator[Any]):
             raise self._died("it refused a state it had made itself")
         if refused is not None:
             raise worker_errors.rebuild(refused, self._index, self._count, self._where())
+
+    # -- a restore before the first element: a fresh start ----------------------------
+
+    def may_start_anew(self) -> bool:
+        """Whether a restore starts this worker again at the state instead of moving it:
+        it has delivered nothing since it started (so what it is making is not wanted) and
+        starts cheaply."""
+        return not self._closed and self._fresh and self._starts_cheaply() and self._alive()
+
+    def start_anew(self, state: dict[str, Any]) -> None:
+        """Stops the worker and starts it at ``state``; ``confirm_start()`` then waits for it.
+
+        A pool restoring several workers calls this on each first, so they start together.
+        """
+        self._fallback = self._launched_with
+        self._stop_now()
+        self._start(state)
+
+    def confirm_start(self) -> None:
+        """Waits for the worker ``start_anew`` started; a state its pipeline refused starts
+        it back where it was, and the pipeline's error is raised (as a refused move)."""
+        try:
+            self._state_now = self._first_state()
+        except WorkerDiedError as exc:
+            refused = getattr(exc, "worker_exception", None)
+            if refused is None:  # it died: not the state's fault
+                raise
+            self._stop_now()
+            self._start(self._fallback)
+            raise refused from None
 
     def close(self) -> None:
         if not self._closed:

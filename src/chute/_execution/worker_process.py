@@ -243,6 +243,9 @@ class WorkerIterator(Worker):
     def _alive(self) -> bool:
         return bool(self._process.is_alive())
 
+    def _starts_cheaply(self) -> bool:
+        return self.start_method == "fork"  # the fork server unpickles and imports again
+
     def _moved(self) -> None:
         for _ in range(self._credit_count):
             self._credits.send_bytes(b"1")
