@@ -97,6 +97,9 @@ def test_a_stop_a_finalizer_swallowed_prints_nothing_and_stops_at_the_next_eleme
         def recv_bytes(self) -> bytes:
             return b"1"
 
+        def poll(self) -> bool:
+            return False
+
     sent: list[object] = []
     with pytest.raises(worker_loop.WorkerStopped):
         worker_loop._serve(iter(range(3)), Credits(), sent.append)
@@ -120,3 +123,24 @@ def test_batches_made_on_a_reading_thread_are_stacked_as_usual() -> None:
         assert isinstance(on_thread, np.ndarray)
         np.testing.assert_array_equal(on_thread, np.stack(leaves))
         assert isinstance(stack(leaves), RingSlot)
+
+
+def test_a_state_waiting_behind_credits_is_taken_first_and_later_credits_stay() -> None:
+    """A worker told to move skips the elements it was granted at the old position (the
+    parent drops them), and keeps the credits granted after the move."""
+    import collections
+    import multiprocessing
+
+    receive, send = multiprocessing.Pipe(duplex=False)
+    queued: collections.deque[bytes] = collections.deque()
+    for command in (b"1", b"1", b"1"):
+        send.send_bytes(command)
+    assert worker_loop._next_command(receive, queued) == b"1"  # credits alone: one each
+    assert list(queued) == [b"1", b"1"]
+    send.send_bytes(b"state")
+    send.send_bytes(b"1")
+    assert worker_loop._next_command(receive, queued) == b"state"
+    assert worker_loop._next_command(receive, queued) == b"1"
+    assert not queued and not receive.poll()
+    send.close()
+    receive.close()

@@ -20,6 +20,7 @@ in flight are cancelled, the pipeline is closed and the worker exits with status
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import pickle
@@ -226,8 +227,30 @@ def _with_reports(send: Any, stats: Any, message: tuple[Any, ...]) -> None:
     send(message)
 
 
+def _next_command(credits: Any, queued: collections.deque[bytes]) -> bytes:
+    """The next command from the parent: a credit (``b"1"``) or a state to move to.
+
+    Credits waiting in front of a state are dropped: the elements they ask for are of
+    the old position, which the parent drops too (it grants a full set again after the
+    move), so the worker moves as soon as the element in the making is done, not after
+    every element it was granted.  The parent sends a state only after the last one
+    was answered, so at most one waits.
+    """
+    if not queued:
+        queued.append(credits.recv_bytes())
+    while credits.poll():
+        queued.append(credits.recv_bytes())
+    for i, command in enumerate(queued):
+        if command != b"1":
+            for _ in range(i):
+                queued.popleft()
+            break
+    return queued.popleft()
+
+
 def _serve(it: Any, credits: Any, send: Any) -> None:
-    while command := credits.recv_bytes():
+    queued: collections.deque[bytes] = collections.deque()
+    while command := _next_command(credits, queued):
         if _stop_asked:  # the stop signal was swallowed by a finalizer it interrupted
             raise WorkerStopped(0)
         if command != b"1":  # a new state to start from
