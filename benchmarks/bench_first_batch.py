@@ -1,7 +1,8 @@
-# bench-requires: torch==2.13.0 torchdata==0.11.0 pillow pyarrow
+# bench-requires: torch==2.13.0 torchdata==0.11.0 pillow pyarrow litdata streaming-community
+# bench-requires: ray[data]>=2.40
 """Time to the first batch, each trial in a fresh Python process (issue 39, measurement).
 
-    bash benchmarks/run first_batch          # BENCH_QUICK=1: smaller data, 3 trials
+    bash benchmarks/run first_batch   # BENCH_QUICK=1: smaller data, 2 trials, no torch rows
 
 Two pipelines, each as a user writes it for each loader:
 
@@ -22,19 +23,49 @@ Two pipelines, each as a user writes it for each loader:
   .to_iter_dataset()``; PyTorch's loaders and ``chute.torch.DataLoader`` over a
   map-style ``Dataset`` of the files with ``shuffle=True``.
 
+LitData and MosaicML Streaming, each as its users write it, their data converted once
+(under ``.bench-data/``, not timed): LitData ``litdata.optimize`` then ``StreamingDataset``
+and ``StreamingDataLoader``; Streaming ``MDSWriter`` shards, a ``StreamingDataset``
+subclass whose ``__getitem__`` does the work, its ``StreamingDataLoader``; both restore
+with the loader's ``state_dict``/``load_state_dict``.  ``images``: bench_images' writers
+(``jpegs/data.py``), shuffled.  ``pretokenised`` (compare with chute's row of that
+name): LitData reads every document's tokens with ``TokensLoader(block_size=2048)``,
+which packs them concat-then-split; Streaming's shards hold rows of 2,048 tokens packed
+concat-then-split when written (as llm-foundry's ``--concat_tokens`` writes them), as
+int32 arrays.  ``tokens``: the same packed rows stored as text, tokenised by the
+dataset (LitData ``transform=``, Streaming ``__getitem__``): neither can pack inside
+its dataset and restore exactly (their states count the items the loader handed out and
+resume the stored samples at that index, so a dataset that packs several documents
+into one row resumes at the wrong document), so the packing is done when the data is
+written and their ``tokens`` rows tokenise already-packed rows: the same tokenising per
+token as chute's, without packing's work.
+
+chute's token pipeline twice more: ``chute vshards``, the same work in 8
+``chute.experimental.virtual_shards`` (shard ``v``: the ``v``-th eighth of the
+documents, a row range of a ``chute.sources.ParquetDataSource``, tokenised, packed
+first-fit, batched; ``mp_prefetch`` over the shards); ``chute ray``, chute's pipeline
+with ``mp_prefetch(..., executor=chute.RayExecutor())`` and 2 workers, in a local Ray
+cluster that the trial starts with ``ray.init()`` (timed apart: the table shows the
+time from spawning with and without it).
+
 Modes: ``cold`` (build, ``iter()``, first batch) and ``restore`` (a previous process
 read 90% of an epoch and saved the state; the trial builds, restores, takes the first
 batch); with 0 (inline) and 2 workers.  Rows: chute (Grain API), ``chute.torch
-.DataLoader``, ``torch.utils.data.DataLoader`` (cold only: it cannot restore) and
-torchdata's ``StatefulDataLoader``.  LitData and MosaicML Streaming are not included
-(bench_images sets them up for throughput only; their writers and restore paths are
-not set up here).
+.DataLoader``, ``torch.utils.data.DataLoader`` (cold only: it cannot restore),
+torchdata's ``StatefulDataLoader``, LitData, Streaming, and the two above.  A cell
+whose trial fails shows the error's last line; the others go on.  Every trial checks
+that its first batch holds 8 rows of 2,048 tokens or 64 images of 112x112x3.
 
 Each trial (``first_batch_child.py``) prints ``time.time()`` stamps: the parent's
-spawn, the interpreter's start, imports done, pipeline built, ``iter()`` returned,
-state restored, first batch in hand; every process (workers too) also writes when it
-began its first element's work.  Trials alternate across configurations round by
-round; the medians of ``TRIALS`` trials are shown.
+spawn, the interpreter's start, imports done, Ray started, pipeline built, ``iter()``
+returned, state restored, first batch in hand.  chute's pipelines also mark, each
+process the first time it gets there, with user-level stages: a ``map`` on every
+source's rows (first record read), the first element's work (tokenising, decoding), a
+``map`` after packing (first packed row), a ``map`` after ``batch`` (first batch made,
+in its process) and ``worker_init_fn`` (a worker began); the same marks in the saving
+and the restoring run.  Trials alternate across configurations round by round; the
+medians of ``TRIALS`` trials are shown.  ``FIRST_BATCH_ONLY=text`` runs only the
+configurations whose name holds ``text`` (e.g. ``"tokens chute "``).
 """
 
 from __future__ import annotations
@@ -51,7 +82,7 @@ from typing import Any
 import common
 
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
-TRIALS = 3 if QUICK else 5
+TRIALS = 2 if QUICK else 5
 DOCS_PER_FILE = 500 if QUICK else 2_000
 FILES = 4
 ROW_GROUP = 500
@@ -62,24 +93,44 @@ DATA = os.path.join(ROOT, ".bench-data")
 TOKENS_FOLDER = os.path.join(DATA, f"first-batch-{DOCS_PER_FILE}")
 IMAGES_FOLDER = os.path.join(DATA, f"images-{IMAGES_N}")
 CHILD = os.path.join(HERE, "first_batch_child.py")
-LOADERS = ("chute", "chute.torch", "torch", "torchdata")
+LOADERS = (
+    "chute",
+    "chute.torch",
+    "torch",
+    "torchdata",
+    "litdata",
+    "streaming",
+    "chute vshards",
+    "chute ray",
+)
 PIPELINES = ("tokens", "pretokenised", "images")
+PEERS = ("litdata", "streaming")
 TIMEOUT_S = 120
+ONLY = os.environ.get("FIRST_BATCH_ONLY", "")  # a part of the config names to run (development)
+
+
+def loaders_of(pipeline: str) -> tuple[str, ...]:
+    if pipeline == "images":
+        return ("chute", "chute.torch", "torch", "torchdata", *PEERS)
+    if pipeline == "pretokenised":
+        return ("chute", *PEERS, "chute vshards")
+    return LOADERS
 
 
 def configs() -> list[dict[str, Any]]:
     out = []
     for pipeline in PIPELINES:
-        loaders = ("chute",) if pipeline == "pretokenised" else LOADERS
-        for loader in loaders:
+        for loader in loaders_of(pipeline):
             for mode in ("cold", "restore"):
-                if mode == "restore" and loader == "torch":
-                    continue
+                if (mode == "restore" or QUICK) and loader == "torch":
+                    continue  # it cannot restore; BENCH_QUICK: torchdata stands for it
                 for workers in (0, 2):
+                    if loader == "chute ray" and workers == 0:
+                        continue  # Ray runs workers; inline is the chute row
                     out.append(
                         {"pipeline": pipeline, "loader": loader, "mode": mode, "workers": workers}
                     )
-    return out
+    return [c for c in out if ONLY in key(c)]
 
 
 def key(c: dict[str, Any]) -> str:
@@ -124,7 +175,10 @@ def write_data() -> None:
     sys.path.insert(0, HERE)
     from jpegs import data
 
-    data.write_all(IMAGES_FOLDER, IMAGES_N, set())
+    data.write_all(IMAGES_FOLDER, IMAGES_N, {"litdata", "mds"})
+    from first_batch_child import write_peer_formats
+
+    write_peer_formats(TOKENS_FOLDER)
     print(f"data ready in {time.perf_counter() - began:.1f} s")
 
 
@@ -149,31 +203,66 @@ def run_child(config: dict[str, Any], state_dir: str, mode: str | None = None) -
     )
     lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"exit {proc.returncode}; stderr ends: {proc.stderr[-1500:]}")
+        raise TrialError(proc.returncode, proc.stderr)
     result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+    result["wall"] = time.time() - spec["spawned"]  # the trial's process, start to exit
+    first: dict[str, float] = {}  # each mark's earliest time, in any process
     with open(marks) as fh:
-        times = [float(line.split()[1]) for line in fh if line.strip()]
+        for line in fh:
+            kind, _pid, at = line.split()
+            first[kind] = min(first.get(kind, float(at)), float(at))
     os.unlink(marks)
-    result["first_element"] = min(times) if times else None
+    result["marks"] = first
+    result["first_element"] = first.get("element")
     return result
 
 
+class TrialError(RuntimeError):
+    """A trial's process failed; ``reason`` is the last line of its error output."""
+
+    def __init__(self, code: int, stderr: str) -> None:
+        tail = [x.strip() for x in stderr.strip().splitlines() if x.strip()]
+        self.reason = tail[-1] if tail else f"exit {code}"
+        super().__init__(f"exit {code}; stderr ends: {stderr[-1500:]}")
+
+
+def short_reason(err: str) -> str:
+    """A table cell for an error: its exception's name and the start of its message."""
+    return err if len(err) <= 48 else err[:45] + "..."
+
+
 def phases(r: dict[str, Any]) -> dict[str, float]:
-    """A trial's steps in seconds (see the README's breakdown)."""
+    """A trial's steps in seconds (see the README's breakdown).  Marks are each kind's
+    earliest time in any of the trial's processes."""
     s = r["stamps"]
+    began = max(s["iter"], s["restored"])  # reading starts after iter() and the restore
     out = {
         "startup": s["started"] - s["spawned"],
         "imports": s["imported"] - s["started"],
         "build": s["built"] - s["state_read"],
         "iter": max(0.0, s["iter"] - max(s["built"], s["restored"])),
         "restore": max(0.0, s["restored"] - max(s["built"], s["iter"])),
-        "next": s["first_batch"] - max(s["iter"], s["restored"]),
+        "next": s["first_batch"] - began,
         "in_process": s["first_batch"] - s["state_read"],
         "total": s["first_batch"] - s["spawned"],
     }
-    if r.get("first_element"):
-        out["to_first_element"] = r["first_element"] - s["built"]
-        out["first_element_to_batch"] = s["first_batch"] - r["first_element"]
+    if "ray_started" in s:
+        out["ray"] = s["ray_started"] - s["imported"]
+        out["total_without_ray"] = out["total"] - out["ray"]
+    m = r.get("marks", {})
+    # when iter() was called: after building (Grain API), after the restore (torch's)
+    called = s["built"] if s["iter"] <= s["restored"] else s["restored"]
+    if "worker" in m:
+        out["workers_up"] = m["worker"] - called
+    if "record" in m:
+        out["open"] = m["record"] - called
+    if "element" in m:
+        out["to_first_element"] = m["element"] - s["built"]
+        out["first_element_to_batch"] = s["first_batch"] - m["element"]
+        if "packed" in m:
+            out["pack_fill"] = m["packed"] - m["element"]
+    if "batch" in m:
+        out["move"] = s["first_batch"] - m["batch"]
     return out
 
 
@@ -182,11 +271,14 @@ def main() -> int:
     trials = args.repeats
     started = time.perf_counter()
     env = common.environment()
-    for peer in ("torch", "torchdata", "pyarrow", "pillow"):
+    peers = ("torch", "torchdata", "pyarrow", "pillow", "litdata", "streaming-community", "ray")
+    for peer in peers:
         env[peer] = common.version_of(peer)
     print(
         f"first batch: chute {env['chute']}, torch {env['torch']}, torchdata "
-        f"{env['torchdata']} | {env['python']}, {env['cpus']} cpus; {trials} trials each, "
+        f"{env['torchdata']}, litdata {env['litdata']}, streaming "
+        f"{env['streaming-community']}, ray {env['ray']} | {env['python']}, "
+        f"{env['cpus']} cpus; {trials} trials each, "
         "a fresh process per trial, medians"
     )
     warning = common.load_warning()
@@ -196,6 +288,7 @@ def main() -> int:
     all_configs = configs()
     results: dict[str, list[dict[str, Any]]] = {key(c): [] for c in all_configs}
     errors: dict[str, str] = {}
+    reasons: dict[str, str] = {}  # an error's short reason, for the table's cell
     saved: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="first-batch-") as state_dir:
         for c in all_configs:
@@ -204,6 +297,7 @@ def main() -> int:
                     saved[key(c)] = run_child(c, state_dir, mode="save")
                 except Exception as exc:
                     errors[key(c)] = f"saving the state: {exc}"
+                    reasons[key(c)] = f"save: {getattr(exc, 'reason', exc)}"
         for t in range(trials):
             live = [c for c in all_configs if key(c) not in errors]
             k = t % len(live)
@@ -212,8 +306,9 @@ def main() -> int:
                     results[key(c)].append(run_child(c, state_dir))
                 except Exception as exc:
                     errors[key(c)] = f"trial {t + 1}: {exc}"
+                    reasons[key(c)] = str(getattr(exc, "reason", exc))
             print(f"  round {t + 1} done ({time.perf_counter() - started:.0f} s)")
-    report(all_configs, results, errors, saved)
+    report(all_configs, results, reasons, saved)
     common.write_json(
         args.json,
         {
@@ -250,12 +345,13 @@ def ms(x: float | None) -> str:
 def report(
     all_configs: list[dict[str, Any]],
     results: dict[str, list[dict[str, Any]]],
-    errors: dict[str, str],
+    reasons: dict[str, str],
     saved: dict[str, Any],
 ) -> None:
     print(
         "\nms to the first batch: from building the pipeline (in the process) / from "
-        "spawning the process; medians"
+        "spawning the process; medians.  chute ray: without / with Ray's own start "
+        "(ray.init() of a local cluster) in the second figure"
     )
     columns = [(m, w) for m in ("cold", "restore") for w in (0, 2)]
     rows = []
@@ -264,13 +360,17 @@ def report(
             cells = []
             for mode, w in columns:
                 k = key({"pipeline": pipeline, "loader": loader, "mode": mode, "workers": w})
-                if k in errors:
-                    cells.append("ERROR")
+                if k in reasons:
+                    cells.append(short_reason(reasons[k]))
                 elif results.get(k):
                     rs = results[k]
-                    cells.append(
-                        f"{ms(median_of(rs, 'in_process'))} / {ms(median_of(rs, 'total'))}"
-                    )
+                    cell = f"{ms(median_of(rs, 'in_process'))} / "
+                    if loader == "chute ray":
+                        cell += f"{ms(median_of(rs, 'total_without_ray'))} ("
+                        cell += f"{ms(median_of(rs, 'total'))})"
+                    else:
+                        cell += ms(median_of(rs, "total"))
+                    cells.append(cell)
                 else:
                     cells.append("")
             if any(cells):
@@ -279,41 +379,39 @@ def report(
         ["pipeline", "loader", *(f"{m} {w}w" for m, w in columns)], rows, {2, 3, 4, 5}
     )
     print(
-        "\nchute's first batch step by step (ms, medians): startup = spawn to the first line "
-        "of the script; build = pipeline made (restore: after reading the state file); "
-        "to 1st elem = pipeline made to the first element's work beginning in any process"
+        "\nchute's first batch step by step (ms, medians).  startup: spawn to the script's "
+        "first line; ray: import ray + ray.init(); build: pipeline made (restore: after "
+        "reading the state file); iter, restore: those calls; next: the first next(); "
+        "workers up: iter() to a worker's first line (worker_init_fn); open: iter() to the "
+        "first record read from a source; 1st elem: pipeline made to the first element's "
+        "work; pack fill: first element's work to the first packed row; move: the first "
+        "batch made in its process to in the parent's hand; in process, total: as above.  "
+        "Marks are each kind's earliest in any process; a restore's marks may come from "
+        "reading done before set_state"
     )
     names = [
-        "startup",
-        "imports",
-        "build",
-        "iter",
-        "restore",
-        "next",
-        "to_first_element",
-        "first_element_to_batch",
-        "in_process",
-        "total",
+        ("startup", "startup"),
+        ("imports", "imports"),
+        ("ray", "ray"),
+        ("build", "build"),
+        ("iter", "iter"),
+        ("restore", "restore"),
+        ("next", "next"),
+        ("workers_up", "workers up"),
+        ("open", "open"),
+        ("to_first_element", "1st elem"),
+        ("pack_fill", "pack fill"),
+        ("move", "move"),
+        ("in_process", "in process"),
+        ("total", "total"),
     ]
     rows = []
     for c in all_configs:
-        if c["loader"] not in ("chute", "chute.torch") or key(c) in errors:
+        if not c["loader"].startswith("chute") or key(c) in reasons:
             continue
         rs = results[key(c)]
-        rows.append([key(c), *(ms(median_of(rs, n)) for n in names)])
-    headers = [
-        "config",
-        "startup",
-        "imports",
-        "build",
-        "iter",
-        "restore",
-        "next",
-        "to 1st elem",
-        "1st elem->batch",
-        "in process",
-        "total",
-    ]
+        rows.append([key(c), *(ms(median_of(rs, n)) for n, _ in names)])
+    headers = ["config", *(h for _, h in names)]
     common.print_table(headers, rows, set(range(1, len(headers))))
     for k, s in saved.items():
         print(f"  {k}: state saved at batch {s['saved_at']} of {s['batches']}")

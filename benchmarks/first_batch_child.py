@@ -4,13 +4,18 @@
 
 The spec (JSON): ``pipeline`` (``tokens``: Parquet text documents tokenised in the
 pipeline; ``pretokenised``: Parquet token documents; ``images``: JPEG files),
-``loader`` (``chute``: the Grain API; ``chute.torch``; ``torch``; ``torchdata``),
-``workers`` (0 or 2), ``mode`` (``cold``; ``restore``: load the state in ``state``, then
-the first batch; ``save``: read 90% of an epoch and write the state to ``state``),
-``folder`` (the data), ``spawned`` (the parent's ``time.time()`` just before it started
-this process) and ``marks`` (a file to which every process appends the time its first
-element's work began).  It prints one line ``RESULT {json}``: ``time.time()`` stamps of
-each step, so the parent can break the trial down.
+``loader`` (``chute``: the Grain API; ``chute vshards``: in 8 virtual shards; ``chute
+ray``: workers on a local Ray cluster the trial starts; ``chute.torch``; ``torch``;
+``torchdata``; ``litdata``; ``streaming``), ``workers`` (0 or 2), ``mode`` (``cold``;
+``restore``: load the state in ``state``, then the first batch; ``save``: read 90% of
+an epoch and write the state to ``state``), ``folder`` (the data), ``spawned`` (the
+parent's ``time.time()`` just before it started this process) and ``marks`` (a file to
+which every process appends ``kind pid time`` the first time it reaches each mark: see
+``mark``).  It prints one line ``RESULT {json}``: ``time.time()`` stamps of each step
+and the first batch's shapes (checked), so the parent can break the trial down.
+
+``write_peer_formats`` writes LitData's and Streaming's copies of the token documents
+(the parent calls it once, before any trial).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ STARTED = time.time()  # before any other import: the interpreter's start is beh
 import json  # noqa: E402
 import os  # noqa: E402
 import pickle  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from typing import Any  # noqa: E402
@@ -34,21 +40,53 @@ RESULT = "RESULT "
 SAVE_AT = 0.9  # of an epoch's batches
 
 
-# -- marks: when each process began its first element's work -----------------------------
+# -- marks: when each process first reached each point of the pipeline ------------------
 
-_MARKED: set[int] = set()
+_MARKED: set[tuple[int, str]] = set()
+
+ELEMENT, RECORD, PACKED, BATCH_MADE, WORKER = "element", "record", "packed", "batch", "worker"
+"""The marks: the first element's work began (``element``), the first record was read from
+a source (``record``), the first packed row left packing (``packed``), the first batch was
+made in its producing process (``batch``), a worker process began (``worker``)."""
 
 
-def mark_first_element() -> None:
-    """Appends ``pid time`` to the marks file on this process's first call."""
+def mark(kind: str) -> None:
+    """Appends ``kind pid time`` to the marks file on this process's first call for ``kind``."""
     pid = os.getpid()
-    if pid in _MARKED:
+    if (pid, kind) in _MARKED:
         return
-    _MARKED.add(pid)
+    _MARKED.add((pid, kind))
     path = os.environ.get("FIRST_BATCH_MARKS")
     if path:
         with open(path, "a") as f:
-            f.write(f"{pid} {time.time()!r}\n")
+            f.write(f"{kind} {pid} {time.time()!r}\n")
+
+
+def mark_first_element() -> None:
+    mark(ELEMENT)
+
+
+def record_read(row: Any) -> Any:
+    """A ``map`` on a source's rows (before any work): marks the first record read."""
+    mark(RECORD)
+    return row
+
+
+def packed_row(row: Any) -> Any:
+    """A ``map`` right after packing: marks the first packed row."""
+    mark(PACKED)
+    return row
+
+
+def batch_made(batch: Any) -> Any:
+    """A ``map`` right after ``batch``: marks the first batch made, in its process."""
+    mark(BATCH_MADE)
+    return batch
+
+
+def worker_started(*args: Any) -> None:
+    """``worker_init_fn``: marks a worker's first line of work."""
+    mark(WORKER)
 
 
 # -- the token pipelines -------------------------------------------------------------------
@@ -75,18 +113,68 @@ def parquet_paths(folder: str, pipeline: str) -> list[str]:
     return sorted(os.path.join(sub, f) for f in os.listdir(sub) if f.endswith(".parquet"))
 
 
-def chute_tokens(chute: Any, folder: str, pipeline: str, workers: int) -> Any:
-    """``examples/packing.py``'s pipeline with rows of 2,048 and batches of 8."""
-    paths = parquet_paths(folder, pipeline)
-    files = chute.MapDataset.source(paths).map(chute.experimental.ParquetIterDataset)
-    fn = tokenise if pipeline == "tokens" else pretokenised
-    documents = chute.experimental.InterleaveIterDataset(files, cycle_length=2).map(fn)
+def open_parquet(path: str) -> Any:
+    """One file's rows, each marked (``record_read``) before any work."""
+    import chute
+
+    return chute.experimental.ParquetIterDataset(path).map(record_read)
+
+
+def mp_options(chute: Any, workers: int, executor: Any = None) -> dict[str, Any]:
+    """``mp_prefetch``'s arguments: ``workers`` workers, each marking its start."""
+    out: dict[str, Any] = {
+        "options": chute.MultiprocessingOptions(num_workers=workers),
+        "worker_init_fn": worker_started,
+    }
+    if executor is not None:
+        out["executor"] = executor
+    return out
+
+
+def pack_and_batch(chute: Any, documents: Any) -> Any:
+    """First-fit packing into rows of 2,048, batches of 8; each step marked."""
     packed = chute.experimental.FirstFitPackIterDataset(
         documents, length_struct={"inputs": ROW}, num_packing_bins=TOKEN_BATCH, seed=SEED
     )
-    ds = packed.batch(TOKEN_BATCH, drop_remainder=True)
+    return packed.map(packed_row).batch(TOKEN_BATCH, drop_remainder=True).map(batch_made)
+
+
+def chute_tokens(chute: Any, folder: str, pipeline: str, workers: int, executor: Any = None) -> Any:
+    """``examples/packing.py``'s pipeline with rows of 2,048 and batches of 8."""
+    paths = parquet_paths(folder, pipeline)
+    files = chute.MapDataset.source(paths).map(open_parquet)
+    fn = tokenise if pipeline == "tokens" else pretokenised
+    documents = chute.experimental.InterleaveIterDataset(files, cycle_length=2).map(fn)
+    ds = pack_and_batch(chute, documents)
     if workers:
-        ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
+        ds = ds.mp_prefetch(**mp_options(chute, workers, executor))
+    return ds
+
+
+VIRTUAL_SHARDS = 8
+
+
+def token_shard(paths: list[str], pipeline: str, shard: Any) -> Any:
+    """Virtual shard ``shard``'s whole pipeline: its eighth of the documents (a row range,
+    half a file) from a ``ParquetDataSource``, tokenised, packed and batched."""
+    import chute
+    from chute.sources import ParquetDataSource
+
+    source = ParquetDataSource(paths)
+    lo = len(source) * shard.shard_index // shard.shard_count
+    hi = len(source) * (shard.shard_index + 1) // shard.shard_count
+    rows = chute.MapDataset.source(source)[lo:hi].map(record_read).to_iter_dataset()
+    return pack_and_batch(chute, rows.map(tokenise if pipeline == "tokens" else pretokenised))
+
+
+def chute_virtual_shards(chute: Any, folder: str, pipeline: str, workers: int) -> Any:
+    """The token pipeline in 8 virtual shards; ``mp_prefetch`` runs the shards in workers."""
+    import functools
+
+    make_shard = functools.partial(token_shard, parquet_paths(folder, pipeline), pipeline)
+    ds = chute.experimental.virtual_shards(make_shard, VIRTUAL_SHARDS)
+    if workers:
+        ds = ds.mp_prefetch(**mp_options(chute, workers))
     return ds
 
 
@@ -146,10 +234,11 @@ def chute_images(chute: Any, folder: str, workers: int) -> Any:
         .shuffle()
         .random_map(image_element)
         .batch(IMAGE_BATCH)
+        .map(batch_made)
         .to_iter_dataset()
     )
     if workers:
-        ds = ds.mp_prefetch(chute.MultiprocessingOptions(num_workers=workers))
+        ds = ds.mp_prefetch(**mp_options(chute, workers))
     return ds
 
 
@@ -178,7 +267,154 @@ def torch_image_dataset(torch: Any, folder: str) -> Any:
     return JpegFiles()
 
 
+# -- LitData and MosaicML Streaming: their formats, written once by the parent ------------------
+
+PEER_FOLDERS = {
+    ("litdata", "tokens"): "litdata-text",
+    ("litdata", "pretokenised"): "litdata-tokens",
+    ("litdata", "images"): "litdata",
+    ("streaming", "tokens"): "mds-text",
+    ("streaming", "pretokenised"): "mds-tokens",
+    ("streaming", "images"): "mds",
+}
+"""Where each peer's copy of each pipeline's data is (under the pipeline's folder)."""
+
+
+def document_tokens(path: str) -> Iterator[Any]:
+    """A Parquet file of token documents: each document's tokens (int32, at most a row)."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    for tokens in pq.read_table(path).column("tokens").to_pylist():
+        yield np.asarray(tokens, np.int32)[:ROW]
+
+
+def concat_then_split(path: str) -> Iterator[Any]:
+    """A file's documents concatenated and cut into rows of 2,048 (the remainder dropped),
+    as Streaming's users pack tokens when they write their shards."""
+    import numpy as np
+
+    buffer: list[Any] = []
+    filled = 0
+    for tokens in document_tokens(path):
+        buffer.append(tokens)
+        filled += len(tokens)
+        if filled >= ROW:
+            flat = np.concatenate(buffer)
+            for start in range(0, len(flat) - ROW + 1, ROW):
+                yield flat[start : start + ROW]
+            buffer = [flat[len(flat) - len(flat) % ROW :]]
+            filled = len(buffer[0])
+
+
+def lit_text_rows(path: str) -> Iterator[dict[str, str]]:
+    """``litdata.optimize``'s function for the ``tokens`` row: packed rows, as text."""
+    for row in concat_then_split(path):
+        yield {"text": " ".join(map(str, row.tolist()))}
+
+
+def write_peer_formats(tokens_folder: str) -> None:
+    """LitData's and Streaming's copies of the token documents (``tokens/*.parquet``), each
+    once: ``TokensLoader`` chunks of every document's tokens; Streaming's shards of rows
+    packed concat-then-split; and both with those rows as text, for the ``tokens`` rows."""
+    import multiprocessing
+
+    import litdata
+    from litdata.streaming.item_loader import TokensLoader
+
+    import runners
+
+    paths = parquet_paths(tokens_folder, "pretokenised")
+    for (peer, pipeline), sub in PEER_FOLDERS.items():
+        out = os.path.join(tokens_folder, sub)
+        marker = out + ".COMPLETE"
+        if pipeline == "images" or os.path.exists(marker):
+            continue
+        shutil.rmtree(out, ignore_errors=True)
+        if peer == "litdata":
+            fn, extra = (
+                (document_tokens, {"item_loader": TokensLoader(), "chunk_size": ROW * 64})
+                if pipeline == "pretokenised"
+                else (lit_text_rows, {"chunk_bytes": "64MB"})
+            )
+            litdata.optimize(fn=fn, inputs=paths, output_dir=out, num_workers=1, **extra)
+            multiprocessing.set_start_method("fork", force=True)  # optimize() sets spawn
+        else:
+            MDSWriter = runners.import_streaming().MDSWriter
+            text = pipeline == "tokens"
+            columns = {"text": "str"} if text else {"tokens": "ndarray:int32"}
+            with MDSWriter(out=out, columns=columns) as writer:
+                for path in paths:
+                    for row in concat_then_split(path):
+                        writer.write(
+                            {"text": " ".join(map(str, row.tolist()))} if text else {"tokens": row}
+                        )
+        if not os.path.exists(os.path.join(out, "index.json")):
+            raise RuntimeError(f"{peer} wrote no index.json into {out}")
+        with open(marker, "w") as f:
+            f.write("ok\n")
+
+
+def text_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A packed row stored as text, tokenised (the peers' ``tokens`` rows)."""
+    import numpy as np
+
+    mark_first_element()
+    return {"inputs": np.array(row["text"].split(), dtype=np.int32)}
+
+
+def token_row(tokens: Any) -> dict[str, Any]:
+    """A packed row of token ids, as read (LitData's ``TokensLoader`` block)."""
+    mark_first_element()
+    return {"inputs": tokens}
+
+
+def image_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored JPEG and its label, transformed as every loader does."""
+    return image_element((row["image"], row["label"]), worker_rng())
+
+
+def litdata_loader(lib: Any, pipeline: str, folder: str, workers: int) -> Any:
+    """``StreamingDataset`` of the ``litdata.optimize`` output, ``StreamingDataLoader``."""
+    where = os.path.join(folder, PEER_FOLDERS["litdata", pipeline])
+    if pipeline == "images":
+        dataset = lib.StreamingDataset(where, shuffle=True, seed=SEED, transform=image_row)
+        return lib.StreamingDataLoader(dataset, batch_size=IMAGE_BATCH, num_workers=workers)
+    if pipeline == "pretokenised":
+        from litdata.streaming.item_loader import TokensLoader
+
+        dataset = lib.StreamingDataset(
+            where, item_loader=TokensLoader(block_size=ROW), drop_last=True, transform=token_row
+        )
+    else:
+        dataset = lib.StreamingDataset(where, drop_last=True, transform=text_row)
+    return lib.StreamingDataLoader(dataset, batch_size=TOKEN_BATCH, num_workers=workers)
+
+
+def streaming_loader(lib: Any, pipeline: str, folder: str, workers: int) -> Any:
+    """A ``StreamingDataset`` subclass whose ``__getitem__`` does the work, read by
+    Streaming's ``StreamingDataLoader``."""
+    work = {"images": image_row, "tokens": text_row}.get(pipeline)
+
+    class Rows(lib.StreamingDataset):  # type: ignore[misc,name-defined]
+        def __getitem__(self, index: int) -> Any:
+            row = super().__getitem__(index)
+            return work(row) if work else token_row(row["tokens"])
+
+    batch = IMAGE_BATCH if pipeline == "images" else TOKEN_BATCH
+    dataset = Rows(
+        local=os.path.join(folder, PEER_FOLDERS["streaming", pipeline]),
+        shuffle=pipeline == "images",
+        shuffle_seed=SEED,
+        batch_size=batch,
+    )
+    return lib.StreamingDataLoader(dataset, batch_size=batch, num_workers=workers)
+
+
 # -- one trial ---------------------------------------------------------------------------------
+
+GRAIN_API = ("chute", "chute vshards", "chute ray")
+"""The loaders written with chute's Grain API (``iter()``, then ``set_state``)."""
 
 
 def build(spec: dict[str, Any], lib: Any) -> Any:
@@ -193,6 +429,14 @@ def build(spec: dict[str, Any], lib: Any) -> Any:
         if pipeline == "images":
             return chute_images(lib, folder, workers)
         return chute_tokens(lib, folder, pipeline, workers)
+    if loader == "chute vshards":
+        return chute_virtual_shards(lib, folder, pipeline, workers)
+    if loader == "chute ray":
+        return chute_tokens(lib, folder, pipeline, workers, executor=lib.RayExecutor())
+    if loader == "litdata":
+        return litdata_loader(lib, pipeline, folder, workers)
+    if loader == "streaming":
+        return streaming_loader(lib, pipeline, folder, workers)
     torch = sys.modules["torch"]
     if pipeline == "images":
         dataset = torch_image_dataset(torch, folder)
@@ -201,6 +445,8 @@ def build(spec: dict[str, Any], lib: Any) -> Any:
     else:
         dataset = torch_token_dataset(torch, folder, pipeline)
         kwargs = {"batch_size": TOKEN_BATCH}
+    if loader == "chute.torch" and workers:
+        kwargs["worker_init_fn"] = worker_started
     cls = {
         "torch": lambda: torch.utils.data.DataLoader,
         "torchdata": lambda: lib.StatefulDataLoader,
@@ -212,7 +458,7 @@ def build(spec: dict[str, Any], lib: Any) -> Any:
 def import_lib(loader: str) -> Any:
     import numpy  # noqa: F401
 
-    if loader == "chute":
+    if loader in GRAIN_API:
         import chute
 
         return chute
@@ -227,29 +473,39 @@ def import_lib(loader: str) -> Any:
         import chute.torch
 
         return chute.torch
+    if loader == "litdata":
+        import litdata
+
+        return litdata
+    if loader == "streaming":
+        import runners
+
+        return runners.import_streaming()
     return torch
 
 
+def start_ray() -> None:
+    """A local Ray cluster, started inside the trial; its workers import this module."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [here, *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    import ray
+
+    ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+
+
 def get_state(loader: str, made: Any, it: Any) -> Any:
-    return it.get_state() if loader == "chute" else made.state_dict()
-
-
-def set_state(loader: str, made: Any, it: Any, state: Any) -> Any:
-    """Restores ``state``; returns the iterator to read (torch: ``iter()`` after it)."""
-    if loader == "chute":
-        it.set_state(state)
-        return it
-    made.load_state_dict(state)
-    return iter(made)
+    return it.get_state() if loader in GRAIN_API else made.state_dict()
 
 
 def close(loader: str, it: Any) -> None:
-    if loader == "chute":
+    if loader in GRAIN_API:
         it.close()
-    else:
-        shutdown = getattr(it, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
+        return
+    shutdown = getattr(it, "_shutdown_workers", None) or getattr(it, "close", None)
+    if shutdown is not None:
+        shutdown()
 
 
 def batch_summary(batch: Any) -> dict[str, Any]:
@@ -261,28 +517,51 @@ def batch_summary(batch: Any) -> dict[str, Any]:
     return {"batch": list(np.shape(batch))}
 
 
+def check_batch(pipeline: str, summary: dict[str, Any]) -> None:
+    """Raises unless the batch holds the pipeline's array: 8 rows of 2,048 tokens, or 64
+    images of 112x112x3."""
+    name, shape = ("image", [IMAGE_BATCH, 112, 112, 3])
+    if pipeline != "images":
+        name, shape = ("inputs", [TOKEN_BATCH, ROW])
+    if summary.get(name, summary.get("batch")) != shape:
+        raise ValueError(f"the first batch holds {summary}; expected {name} of shape {shape}")
+
+
 def save(spec: dict[str, Any], lib: Any) -> dict[str, Any]:
-    """Reads an epoch to count its batches, then 90% of a second one; writes the state."""
+    """Reads an epoch, keeping the state after every batch, and writes the state after 90%
+    of the epoch's batches (LitData and Streaming: their loader's length says how many
+    batches an epoch holds; the trial reads 90% of them)."""
+    loader = spec["loader"]
     made = build(spec, lib)
     it = iter(made)
-    total = sum(1 for _ in it)
-    close(spec["loader"], it)
-    made = build(spec, lib)
-    it = iter(made)
+    states: list[bytes] = []
+    total = len(made) if loader in ("litdata", "streaming") else None
+    for batch in it:
+        if not states:  # an epoch's last batch may be short
+            check_batch(spec["pipeline"], batch_summary(batch))
+        if total is None:
+            states.append(pickle.dumps(get_state(loader, made, it)))
+        elif len(states) + 1 >= int(total * SAVE_AT):
+            states.append(pickle.dumps(get_state(loader, made, it)))
+            break
+        else:
+            states.append(b"")
+    close(loader, it)
+    total = len(states) if total is None else total
     at = int(total * SAVE_AT)
-    for _ in range(at):
-        next(it)
-    state = get_state(spec["loader"], made, it)
-    close(spec["loader"], it)
     with open(spec["state"], "wb") as f:
-        pickle.dump(state, f)
+        f.write(states[at - 1])
     return {"batches": total, "saved_at": at}
 
 
 def trial(spec: dict[str, Any]) -> dict[str, Any]:
     stamps: dict[str, float] = {"spawned": spec["spawned"], "started": STARTED}
-    lib = import_lib(spec["loader"])
+    loader = spec["loader"]
+    lib = import_lib(loader)
     stamps["imported"] = time.time()
+    if loader == "chute ray":
+        start_ray()
+        stamps["ray_started"] = time.time()
     if spec["mode"] == "save":
         return {"stamps": stamps, **save(spec, lib)}
     state = None
@@ -292,12 +571,11 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     stamps["state_read"] = time.time()
     made = build(spec, lib)
     stamps["built"] = time.time()
-    loader = spec["loader"]
-    if loader == "chute":
+    if loader in GRAIN_API:
         it = iter(made)
         stamps["iter"] = time.time()
         if state is not None:
-            it = set_state(loader, made, it, state)
+            it.set_state(state)
         stamps["restored"] = time.time()
     else:  # torch's loaders restore before iter(), which starts the workers
         if state is not None:
@@ -308,8 +586,9 @@ def trial(spec: dict[str, Any]) -> dict[str, Any]:
     batch = next(it)
     stamps["first_batch"] = time.time()
     summary = batch_summary(batch)
+    check_batch(spec["pipeline"], summary)
     close(loader, it)
-    return {"stamps": stamps, "batch": summary}
+    return {"stamps": stamps, "batch": summary, "pid": os.getpid()}
 
 
 def main() -> int:
