@@ -40,7 +40,7 @@ from chute._execution.round_robin import RoundRobinIterator
 from chute._execution.streams import Stream, relayout
 from chute._execution.worker import Worker
 
-__all__ = ["PoolSpec", "WorkerPool"]
+__all__ = ["PoolSpec", "WorkerPool", "move_workers"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,17 +150,7 @@ class WorkerPool(RoundRobinIterator):
         otherwise they stop and new ones start at the saved states.
         """
         if in_place and stream == self._stream and len(states) == len(self._parents):
-            workers = self._parents
-            anew = [isinstance(w, Worker) and w.may_start_anew() for w in workers]
-            _begin_stop([w for w, a in zip(workers, anew) if a])  # they stop together
-            for worker, state, a in zip(workers, states, anew):
-                if a:
-                    worker.start_anew(state)  # type: ignore[attr-defined]
-            for worker, state, a in zip(workers, states, anew):
-                if a:
-                    worker.confirm_start()  # type: ignore[attr-defined]
-                else:
-                    worker.set_state(state)
+            move_workers(self._parents, states)
         else:
             self._replace(stream, states)
         self._turn, self._exhausted = int(turn), [bool(x) for x in exhausted]
@@ -198,6 +188,21 @@ class WorkerPool(RoundRobinIterator):
         _begin_stop(workers)
         for worker in workers:
             worker.close()
+
+
+def move_workers(workers: Sequence[DatasetIterator[Any]], states: Sequence[Any]) -> None:
+    """Sets each worker's state; those that start anew at it (``Worker.may_start_anew``: a
+    restore right after ``iter()``) stop together and start together, not one by one."""
+    anew = [isinstance(w, Worker) and w.may_start_anew() for w in workers]
+    _begin_stop([w for w, a in zip(workers, anew) if a])
+    for worker, state, a in zip(workers, states, anew):
+        if a:
+            worker.start_anew(state)  # type: ignore[attr-defined]
+    for worker, state, a in zip(workers, states, anew):
+        if a:
+            worker.confirm_start()  # type: ignore[attr-defined]
+        else:
+            worker.set_state(state)
 
 
 def _begin_stop(workers: Sequence[DatasetIterator[Any]]) -> None:

@@ -27,6 +27,7 @@ A kind of worker says only how it starts (``_launch``), how a message travels
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import Any
 
 from chute._core.errors import WorkerDiedError, closed_error
@@ -50,6 +51,7 @@ class Worker(DatasetIterator[Any]):
         self._launched_with: dict[str, Any] | None = None  # where the worker last started
         self._fallback: dict[str, Any] | None = None  # where start_anew found it started
         self._fresh = False  # started and delivered nothing since, nor moved
+        self._old_stopping: Callable[[], None] = lambda: None  # start_anew's old worker
         self._ended = False
 
     @property
@@ -97,6 +99,12 @@ class Worker(DatasetIterator[Any]):
     def _alive(self) -> bool:
         """False when the worker is known dead before ``set_state()`` moves it."""
         return True
+
+    def _stop_soon(self) -> Callable[[], None]:
+        """Begins to stop the worker and returns what waits for the end (a kind that cannot
+        split its stop stops at once)."""
+        self._stop_now()
+        return lambda: None
 
     def _starts_cheaply(self) -> bool:
         """Whether starting the worker again costs less than the elements it makes ahead
@@ -225,12 +233,13 @@ class Worker(DatasetIterator[Any]):
         A pool restoring several workers calls this on each first, so they start together.
         """
         self._fallback = self._launched_with
-        self._stop_now()
+        self._old_stopping = self._stop_soon()  # the old one leaves while the new one starts
         self._start(state)
 
     def confirm_start(self) -> None:
         """Waits for the worker ``start_anew`` started; a state its pipeline refused starts
         it back where it was, and the pipeline's error is raised (as a refused move)."""
+        self._old_stopping()
         try:
             self._state_now = self._first_state()
         except WorkerDiedError as exc:

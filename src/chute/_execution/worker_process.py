@@ -243,6 +243,11 @@ class WorkerIterator(Worker):
     def _alive(self) -> bool:
         return bool(self._process.is_alive())
 
+    def _stop_soon(self) -> Callable[[], None]:
+        self.begin_stop()
+        finalizer: Callable[[], None] = self._finalizer
+        return finalizer
+
     def _starts_cheaply(self) -> bool:
         return self.start_method == "fork"  # the fork server unpickles and imports again
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from chute._core.pipeline_context import carrying, join, without_budget
 from chute._execution import launch, worker_seeds
+from chute._execution.pool import move_workers
 from chute._execution.worker import Worker
 from chute._stages.batch import leaves_stacked_by
 from chute._stages.virtual_shards_iter import (
@@ -83,8 +84,7 @@ class PooledShardsIterator(ShardTurns):
         state = self._check_state(state, "num_shards", "shards")
         self._apply_positions(state)
         following = self._next_shard()  # each worker starts at its first shard from there on
-        for worker, mine in zip(self._parents, self._dealt):
-            worker.set_state(split_state(state, mine, following))
+        move_workers(self._parents, [split_state(state, mine, following) for mine in self._dealt])
 
     def close(self) -> None:
         """Tells every worker to stop, then waits for each."""
