@@ -490,9 +490,11 @@ def start_ray() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [here, *filter(None, [os.environ.get("PYTHONPATH")])]
     )
+    import logging
+
     import ray
 
-    ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    ray.init(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
 
 
 def get_state(loader: str, made: Any, it: Any) -> Any:
