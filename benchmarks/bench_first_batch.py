@@ -16,7 +16,15 @@ Two pipelines, each as a user writes it for each loader:
   read a row group at a time with pyarrow, tokenise and pack concat-then-split (the way
   such datasets are usually written; less work than first fit); ``batch_size=8``.
   ``pretokenised``: the same documents stored as token lists, read by chute's pipeline
-  without tokenising (as the peers' own formats hold them).
+  without tokenising (as the peers' own formats hold them).  ``chute arrayrecord``
+  (``pretokenised`` only): the same documents in 4 ArrayRecord files (one record per
+  document, its int32 tokens as raw bytes, written once with
+  ``chute.experimental.write_array_record``), read as a Grain user reads them:
+  ``MapDataset.source(chute.ArrayRecordDataSource(paths)).map(decode)
+  .to_iter_dataset()``, the files one after another, then the same first-fit packing,
+  ``batch(8)`` and ``mp_prefetch``.  It is chute on its own format, as LitData and
+  Streaming read theirs: the Parquet rows also pay for importing pyarrow (and
+  ``pyarrow.fs``, which ``pyarrow.parquet`` imports) in every fresh process.
 * ``images``: bench_images' work (decode a 128x128 JPEG file with Pillow, crop 112,
   flip, normalise to float32, batches of 64, shuffled), on 2,000 JPEG files: chute's
   ``MapDataset.source(files).seed(0).shuffle().random_map(...).batch(64)
@@ -95,6 +103,7 @@ IMAGES_FOLDER = os.path.join(DATA, f"images-{IMAGES_N}")
 CHILD = os.path.join(HERE, "first_batch_child.py")
 LOADERS = (
     "chute",
+    "chute arrayrecord",
     "chute.torch",
     "torch",
     "torchdata",
@@ -113,7 +122,7 @@ def loaders_of(pipeline: str) -> tuple[str, ...]:
     if pipeline == "images":
         return ("chute", "chute.torch", "torch", "torchdata", *PEERS)
     if pipeline == "pretokenised":
-        return ("chute", *PEERS, "chute vshards")
+        return ("chute", "chute arrayrecord", *PEERS, "chute vshards")
     return LOADERS
 
 
@@ -176,9 +185,10 @@ def write_data() -> None:
     from jpegs import data
 
     data.write_all(IMAGES_FOLDER, IMAGES_N, {"litdata", "mds"})
-    from first_batch_child import write_peer_formats
+    from first_batch_child import write_array_records, write_peer_formats
 
     write_peer_formats(TOKENS_FOLDER)
+    write_array_records(TOKENS_FOLDER)
     print(f"data ready in {time.perf_counter() - began:.1f} s")
 
 

@@ -4,9 +4,10 @@
 
 The spec (JSON): ``pipeline`` (``tokens``: Parquet text documents tokenised in the
 pipeline; ``pretokenised``: Parquet token documents; ``images``: JPEG files),
-``loader`` (``chute``: the Grain API; ``chute vshards``: in 8 virtual shards; ``chute
-ray``: workers on a local Ray cluster the trial starts; ``chute.torch``; ``torch``;
-``torchdata``; ``litdata``; ``streaming``), ``workers`` (0 or 2), ``mode`` (``cold``;
+``loader`` (``chute``: the Grain API; ``chute arrayrecord``: the Grain API over
+ArrayRecord token documents, ``pretokenised`` only; ``chute vshards``: in 8 virtual
+shards; ``chute ray``: workers on a local Ray cluster the trial starts; ``chute.torch``;
+``torch``; ``torchdata``; ``litdata``; ``streaming``), ``workers`` (0 or 2), ``mode`` (``cold``;
 ``restore``: load the state in ``state``, then the first batch; ``save``: read 90% of
 an epoch and write the state to ``state``), ``folder`` (the data), ``spawned`` (the
 parent's ``time.time()`` just before it started this process) and ``marks`` (a file to
@@ -14,8 +15,9 @@ which every process appends ``kind pid time`` the first time it reaches each mar
 ``mark``).  It prints one line ``RESULT {json}``: ``time.time()`` stamps of each step
 and the first batch's shapes (checked), so the parent can break the trial down.
 
-``write_peer_formats`` writes LitData's and Streaming's copies of the token documents
-(the parent calls it once, before any trial).
+``write_peer_formats`` writes LitData's and Streaming's copies of the token documents,
+and ``write_array_records`` chute's ArrayRecord copy (the parent calls both once, before
+any trial).
 """
 
 from __future__ import annotations
@@ -148,6 +150,56 @@ def chute_tokens(chute: Any, folder: str, pipeline: str, workers: int, executor:
     ds = pack_and_batch(chute, documents)
     if workers:
         ds = ds.mp_prefetch(**mp_options(chute, workers, executor))
+    return ds
+
+
+ARRAY_RECORD_FOLDER = "arrayrecord"
+"""Where the ArrayRecord copy of the token documents is (under the pipeline's folder)."""
+
+
+def array_record_paths(folder: str) -> list[str]:
+    sub = os.path.join(folder, ARRAY_RECORD_FOLDER)
+    return sorted(os.path.join(sub, f) for f in os.listdir(sub) if f.endswith(".array_record"))
+
+
+def write_array_records(tokens_folder: str) -> None:
+    """The token documents (``tokens/*.parquet``) as ArrayRecord files, once: one file per
+    Parquet file, one record per document holding its int32 tokens as raw bytes, written
+    with ``chute.experimental.write_array_record``."""
+    import chute
+
+    out = os.path.join(tokens_folder, ARRAY_RECORD_FOLDER)
+    marker = out + ".COMPLETE"
+    if os.path.exists(marker):
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    for f, path in enumerate(parquet_paths(tokens_folder, "pretokenised")):
+        documents = (tokens.tobytes() for tokens in document_tokens(path))
+        chute.experimental.write_array_record(documents, os.path.join(out, f"documents-{f}"))
+    with open(marker, "w") as fh:
+        fh.write("ok\n")
+
+
+def decode_tokens(record: bytes) -> dict[str, Any]:
+    """An ArrayRecord document's tokens (int32 raw bytes), cut to one row."""
+    import numpy as np
+
+    mark_first_element()
+    return {"inputs": np.frombuffer(record, np.int32)[:ROW]}
+
+
+def chute_array_record(chute: Any, folder: str, workers: int) -> Any:
+    """The ``pretokenised`` pipeline on chute's own format's side: the documents from
+    ArrayRecord files, as a Grain user reads them (``ArrayRecordDataSource``,
+    ``MapDataset.source``, ``map``, ``to_iter_dataset``), then the same packing and
+    batching as the Parquet row."""
+    source = chute.ArrayRecordDataSource(array_record_paths(folder))
+    documents = (
+        chute.MapDataset.source(source).map(record_read).map(decode_tokens).to_iter_dataset()
+    )
+    ds = pack_and_batch(chute, documents)
+    if workers:
+        ds = ds.mp_prefetch(**mp_options(chute, workers))
     return ds
 
 
@@ -413,7 +465,7 @@ def streaming_loader(lib: Any, pipeline: str, folder: str, workers: int) -> Any:
 
 # -- one trial ---------------------------------------------------------------------------------
 
-GRAIN_API = ("chute", "chute vshards", "chute ray")
+GRAIN_API = ("chute", "chute arrayrecord", "chute vshards", "chute ray")
 """The loaders written with chute's Grain API (``iter()``, then ``set_state``)."""
 
 
@@ -429,6 +481,8 @@ def build(spec: dict[str, Any], lib: Any) -> Any:
         if pipeline == "images":
             return chute_images(lib, folder, workers)
         return chute_tokens(lib, folder, pipeline, workers)
+    if loader == "chute arrayrecord":
+        return chute_array_record(lib, folder, workers)
     if loader == "chute vshards":
         return chute_virtual_shards(lib, folder, pipeline, workers)
     if loader == "chute ray":
