@@ -123,7 +123,7 @@ def loaders_of(pipeline: str) -> tuple[str, ...]:
         return ("chute", "chute.torch", "torch", "torchdata", *PEERS)
     if pipeline == "pretokenised":
         return ("chute", "chute arrayrecord", *PEERS, "chute vshards")
-    return LOADERS
+    return tuple(x for x in LOADERS if x != "chute arrayrecord")  # it holds token ids only
 
 
 def configs() -> list[dict[str, Any]]:
