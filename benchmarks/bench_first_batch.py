@@ -25,6 +25,9 @@ Two pipelines, each as a user writes it for each loader:
   ``batch(8)`` and ``mp_prefetch``.  It is chute on its own format, as LitData and
   Streaming read theirs: the Parquet rows also pay for importing pyarrow (and
   ``pyarrow.fs``, which ``pyarrow.parquet`` imports) in every fresh process.
+  ``bare pyarrow`` (cold, inline): the limit of a token pipeline from Parquet, no loader
+  at all: pyarrow and numpy read the files one at a time, tokenise (or not), pack
+  concat-then-split and stack 8 rows, in the trial's process.
 * ``images``: bench_images' work (decode a 128x128 JPEG file with Pillow, crop 112,
   flip, normalise to float32, batches of 64, shuffled), on 2,000 JPEG files: chute's
   ``MapDataset.source(files).seed(0).shuffle().random_map(...).batch(64)
@@ -111,6 +114,7 @@ LOADERS = (
     "streaming",
     "chute vshards",
     "chute ray",
+    "bare pyarrow",
 )
 PIPELINES = ("tokens", "pretokenised", "images")
 PEERS = ("litdata", "streaming")
@@ -122,7 +126,7 @@ def loaders_of(pipeline: str) -> tuple[str, ...]:
     if pipeline == "images":
         return ("chute", "chute.torch", "torch", "torchdata", *PEERS)
     if pipeline == "pretokenised":
-        return ("chute", "chute arrayrecord", *PEERS, "chute vshards")
+        return ("chute", "chute arrayrecord", *PEERS, "chute vshards", "bare pyarrow")
     return tuple(x for x in LOADERS if x != "chute arrayrecord")  # it holds token ids only
 
 
@@ -136,6 +140,8 @@ def configs() -> list[dict[str, Any]]:
                 for workers in (0, 2):
                     if loader == "chute ray" and workers == 0:
                         continue  # Ray runs workers; inline is the chute row
+                    if loader == "bare pyarrow" and (mode, workers) != ("cold", 0):
+                        continue  # the limit: one process, no loader, nothing to restore
                     out.append(
                         {"pipeline": pipeline, "loader": loader, "mode": mode, "workers": workers}
                     )

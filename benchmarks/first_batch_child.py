@@ -260,6 +260,38 @@ def torch_token_dataset(torch: Any, folder: str, pipeline: str) -> Any:
     return ParquetTokens()
 
 
+class BareParquetBatches:
+    """The limit of the token pipelines from Parquet: no loader, pyarrow and numpy in this
+    process, the files one at a time (a row group at a time, ``to_pylist``), tokenised (or
+    not) and packed concat-then-split into rows of 2,048, 8 rows stacked a batch."""
+
+    def __init__(self, folder: str, pipeline: str) -> None:
+        self._paths = parquet_paths(folder, pipeline)
+        self._fn = tokenise if pipeline == "tokens" else pretokenised
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        import numpy as np
+        import pyarrow.parquet as pq
+
+        buffer: list[Any] = []
+        filled = 0
+        rows: list[Any] = []
+        for path in self._paths:
+            reader = pq.ParquetFile(path)
+            for g in range(reader.num_row_groups):
+                for row in reader.read_row_group(g).to_pylist():
+                    tokens = self._fn(row)["inputs"]
+                    buffer.append(tokens)
+                    filled += len(tokens)
+                    while filled >= ROW:
+                        flat = np.concatenate(buffer)
+                        rows.append(flat[:ROW])
+                        buffer, filled = [flat[ROW:]], len(flat) - ROW
+                        if len(rows) == TOKEN_BATCH:
+                            yield {"inputs": np.stack(rows)}
+                            rows = []
+
+
 # -- the image pipeline ----------------------------------------------------------------------
 
 
@@ -487,6 +519,8 @@ def build(spec: dict[str, Any], lib: Any) -> Any:
         return chute_virtual_shards(lib, folder, pipeline, workers)
     if loader == "chute ray":
         return chute_tokens(lib, folder, pipeline, workers, executor=lib.RayExecutor())
+    if loader == "bare pyarrow":
+        return BareParquetBatches(folder, pipeline)
     if loader == "litdata":
         return litdata_loader(lib, pipeline, folder, workers)
     if loader == "streaming":
@@ -512,6 +546,8 @@ def build(spec: dict[str, Any], lib: Any) -> Any:
 def import_lib(loader: str) -> Any:
     import numpy  # noqa: F401
 
+    if loader == "bare pyarrow":
+        return None  # pyarrow is imported where the batches are read
     if loader in GRAIN_API:
         import chute
 
