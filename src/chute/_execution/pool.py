@@ -192,9 +192,8 @@ class WorkerPool(RoundRobinIterator):
 
 def move_workers(workers: Sequence[DatasetIterator[Any]], states: Sequence[Any]) -> None:
     """Sets each worker's state; those that start anew at it (``Worker.may_start_anew``: a
-    restore right after ``iter()``) stop together and start together, not one by one."""
+    restore right after ``iter()``) all start before any is waited for."""
     anew = [isinstance(w, Worker) and w.may_start_anew() for w in workers]
-    _begin_stop([w for w, a in zip(workers, anew) if a])
     for worker, state, a in zip(workers, states, anew):
         if a:
             worker.start_anew(state)  # type: ignore[attr-defined]

@@ -27,7 +27,6 @@ A kind of worker says only how it starts (``_launch``), how a message travels
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
 from typing import Any
 
 from chute._core.errors import WorkerDiedError, closed_error
@@ -50,8 +49,7 @@ class Worker(DatasetIterator[Any]):
         self._state_now: dict[str, Any] | None = None  # after the last element delivered
         self._launched_with: dict[str, Any] | None = None  # where the worker last started
         self._fallback: dict[str, Any] | None = None  # where start_anew found it started
-        self._fresh = False  # started and delivered nothing since, nor moved
-        self._old_stopping: Callable[[], None] = lambda: None  # start_anew's old worker
+        self._fresh = False  # started and delivered nothing since
         self._ended = False
 
     @property
@@ -100,11 +98,10 @@ class Worker(DatasetIterator[Any]):
         """False when the worker is known dead before ``set_state()`` moves it."""
         return True
 
-    def _stop_soon(self) -> Callable[[], None]:
-        """Begins to stop the worker and returns what waits for the end (a kind that cannot
-        split its stop stops at once)."""
+    def _discard(self) -> None:
+        """Stops a worker whose work nobody wants (``start_anew``); a kind may skip the
+        graceful part of its stop."""
         self._stop_now()
-        return lambda: None
 
     def _starts_cheaply(self) -> bool:
         """Whether starting the worker again costs less than the elements it makes ahead
@@ -205,7 +202,6 @@ class Worker(DatasetIterator[Any]):
             return
         try:
             before, ended = self.get_state(), self._ended
-            self._fresh = False
             refused = self._move_to(state)
             stuck = refused is not None and self._move_to(before) is not None
             if refused is not None:  # the pipeline refused it: back where it was
@@ -233,13 +229,12 @@ class Worker(DatasetIterator[Any]):
         A pool restoring several workers calls this on each first, so they start together.
         """
         self._fallback = self._launched_with
-        self._old_stopping = self._stop_soon()  # the old one leaves while the new one starts
+        self._discard()
         self._start(state)
 
     def confirm_start(self) -> None:
         """Waits for the worker ``start_anew`` started; a state its pipeline refused starts
         it back where it was, and the pipeline's error is raised (as a refused move)."""
-        self._old_stopping()
         try:
             self._state_now = self._first_state()
         except WorkerDiedError as exc:

@@ -243,17 +243,15 @@ class WorkerIterator(Worker):
     def _alive(self) -> bool:
         return bool(self._process.is_alive())
 
-    def _stop_soon(self) -> Callable[[], None]:
+    def _discard(self) -> None:
         # Replaced before it delivered anything: nothing it holds is wanted, and a graceful
         # stop would first finish the reads in flight on its pipeline's threads (a Parquet
         # file opening, say), on the cores the new worker needs.  Its ring goes with it.
-        self.begin_stop()
         try:
             self._process.kill()
         except (OSError, ValueError):  # gone already
             pass
-        finalizer: Callable[[], None] = self._finalizer
-        return finalizer
+        self._finalizer()
 
     def _starts_cheaply(self) -> bool:
         return self.start_method == "fork"  # the fork server unpickles and imports again

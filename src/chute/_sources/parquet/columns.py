@@ -40,7 +40,7 @@ _NUMBERS = {
     "float": np.float32,
     "double": np.float64,
 }
-_TEXT = ("string", "large_string", "utf8", "large_utf8", "binary", "large_binary")
+_TEXT = ("string", "large_string", "binary", "large_binary")  # as str() names them
 
 
 def to_numpy(column: Any) -> np.ndarray:
