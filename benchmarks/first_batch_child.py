@@ -230,11 +230,31 @@ def chute_virtual_shards(chute: Any, folder: str, pipeline: str, workers: int) -
     return ds
 
 
+def packed_rows(paths: list[str], fn: Any) -> Iterator[Any]:
+    """The documents of ``paths`` (read with pyarrow a row group at a time, one file after
+    another, each row through ``fn``) packed concat-then-split into rows of 2,048."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    buffer: list[Any] = []
+    filled = 0
+    for path in paths:
+        reader = pq.ParquetFile(path)
+        for g in range(reader.num_row_groups):
+            for row in reader.read_row_group(g).to_pylist():
+                tokens = fn(row)["inputs"]
+                buffer.append(tokens)
+                filled += len(tokens)
+                while filled >= ROW:
+                    flat = np.concatenate(buffer)
+                    yield flat[:ROW]
+                    buffer, filled = [flat[ROW:]], len(flat) - ROW
+
+
 def torch_token_dataset(torch: Any, folder: str, pipeline: str) -> Any:
     """PyTorch's way: an ``IterableDataset`` whose workers share the files out, read them
     with pyarrow a row group at a time, tokenise, and pack concat-then-split into rows."""
-    import numpy as np
-    import pyarrow.parquet as pq
+    import pyarrow.parquet  # noqa: F401  (imported when the dataset is made, as before)
 
     paths = parquet_paths(folder, pipeline)
     fn = tokenise if pipeline == "tokens" else pretokenised
@@ -243,19 +263,8 @@ def torch_token_dataset(torch: Any, folder: str, pipeline: str) -> Any:
         def __iter__(self) -> Iterator[dict[str, Any]]:
             info = torch.utils.data.get_worker_info()
             mine = paths[info.id :: info.num_workers] if info else paths
-            buffer: list[Any] = []
-            filled = 0
-            for path in mine:
-                reader = pq.ParquetFile(path)
-                for g in range(reader.num_row_groups):
-                    for row in reader.read_row_group(g).to_pylist():
-                        tokens = fn(row)["inputs"]
-                        buffer.append(tokens)
-                        filled += len(tokens)
-                        while filled >= ROW:
-                            flat = np.concatenate(buffer)
-                            yield {"inputs": flat[:ROW]}
-                            buffer, filled = [flat[ROW:]], len(flat) - ROW
+            for row in packed_rows(mine, fn):
+                yield {"inputs": row}
 
     return ParquetTokens()
 
@@ -271,25 +280,13 @@ class BareParquetBatches:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         import numpy as np
-        import pyarrow.parquet as pq
 
-        buffer: list[Any] = []
-        filled = 0
         rows: list[Any] = []
-        for path in self._paths:
-            reader = pq.ParquetFile(path)
-            for g in range(reader.num_row_groups):
-                for row in reader.read_row_group(g).to_pylist():
-                    tokens = self._fn(row)["inputs"]
-                    buffer.append(tokens)
-                    filled += len(tokens)
-                    while filled >= ROW:
-                        flat = np.concatenate(buffer)
-                        rows.append(flat[:ROW])
-                        buffer, filled = [flat[ROW:]], len(flat) - ROW
-                        if len(rows) == TOKEN_BATCH:
-                            yield {"inputs": np.stack(rows)}
-                            rows = []
+        for row in packed_rows(self._paths, self._fn):
+            rows.append(row)
+            if len(rows) == TOKEN_BATCH:
+                yield {"inputs": np.stack(rows)}
+                rows = []
 
 
 # -- the image pipeline ----------------------------------------------------------------------
